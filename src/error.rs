@@ -1,0 +1,111 @@
+//! Errors: [`StoreError`] for the SQLite layer and the umbrella [`Error`] users see.
+
+use crate::id::{MessageId, SessionId};
+
+/// A `Result` whose error defaults to the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A failure of the SQLite store: connection pool, SQL, schema or payload encoding.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// SQLite reported an error (includes disk full, read-only, locked and corrupt files).
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// No pooled connection could be had.
+    #[error("connection pool: {0}")]
+    Pool(#[from] r2d2::Error),
+    /// The database was written by a newer version of this crate.
+    #[error("database schema version {found} is newer than the newest this crate knows ({known})")]
+    SchemaTooNew {
+        /// `PRAGMA user_version` found in the file.
+        found: i64,
+        /// The newest version this crate can migrate to.
+        known: i64,
+    },
+    /// A JSON payload could not be encoded or decoded.
+    #[error("json payload: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A stored row violates an invariant the crate relies on.
+    #[error("inconsistent store: {0}")]
+    Inconsistent(String),
+    /// A write conflicted with what is stored; carried through a batch as a typed reason.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The persistence actor has stopped and accepts no more requests.
+    #[error("persistence actor has stopped")]
+    Closed,
+}
+
+impl StoreError {
+    /// Whether the error is SQLite's "database is locked/busy" (the fault may clear on retry).
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+        )
+    }
+}
+
+/// Everything that can go wrong when calling the runtime.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// No session with this id is stored.
+    #[error("session not found: {session_id}")]
+    NotFound {
+        /// The id that was looked up.
+        session_id: SessionId,
+    },
+    /// A prompt id was reused with different content, delivery or session, or is already in a
+    /// transcript. Nothing was written.
+    #[error("prompt {message_id} conflicts with what is recorded for session {session_id}")]
+    PromptConflict {
+        /// The session the conflicting record belongs to.
+        session_id: SessionId,
+        /// The reused message id.
+        message_id: MessageId,
+    },
+    /// A stored transcript message could not be decoded.
+    #[error("failed to decode message {message_id} in session {session_id}")]
+    MessageDecode {
+        /// The session holding the message.
+        session_id: SessionId,
+        /// The message that failed to decode.
+        message_id: MessageId,
+    },
+    /// The caller's input was rejected before anything was written.
+    #[error("invalid input: {field}: {reason}")]
+    InvalidInput {
+        /// Which input was wrong (`session_id`, `prompt`, `limit`, ...).
+        field: &'static str,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// The store failed; nothing of the failed operation was committed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The runtime is shutting down and accepts no new work.
+    #[error("the runtime is shutting down")]
+    ShuttingDown,
+    /// A configuration value was out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// Shorthand for [`Error::InvalidInput`].
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidInput {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::Store(StoreError::Sqlite(e))
+    }
+}

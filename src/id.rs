@@ -1,0 +1,142 @@
+//! Validated identifiers: [`SessionId`] and [`MessageId`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// The longest id accepted, in bytes.
+pub const MAX_ID_BYTES: usize = 255;
+
+fn validate(field: &'static str, s: &str) -> Result<(), Error> {
+    if s.is_empty() {
+        return Err(Error::invalid(field, "must not be empty"));
+    }
+    if s.len() > MAX_ID_BYTES {
+        return Err(Error::invalid(
+            field,
+            format!("is {} bytes, longer than {MAX_ID_BYTES}", s.len()),
+        ));
+    }
+    if s.chars().any(char::is_control) {
+        return Err(Error::invalid(field, "must not contain control characters"));
+    }
+    Ok(())
+}
+
+fn fresh(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::now_v7().simple())
+}
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident, $field:literal, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(try_from = "String", into = "String")]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates `s`: non-empty, at most [`MAX_ID_BYTES`] bytes, no control characters.
+            ///
+            /// # Errors
+            /// [`Error::InvalidInput`] when `s` breaks one of those rules.
+            pub fn new(s: impl Into<String>) -> Result<Self, Error> {
+                let s = s.into();
+                validate($field, &s)?;
+                Ok(Self(s))
+            }
+
+            /// A fresh, time-ordered, globally unique id.
+            pub fn generate() -> Self {
+                Self(fresh($prefix))
+            }
+
+            /// The id as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{:?}", self.0)
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self, Error> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = Error;
+            fn try_from(s: String) -> Result<Self, Error> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = Error;
+            fn try_from(s: &str) -> Result<Self, Error> {
+                Self::new(s)
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+    };
+}
+
+id_type!(
+    /// The id of a session (`ses_…` when generated).
+    SessionId,
+    "session_id",
+    "ses"
+);
+id_type!(
+    /// The globally unique id of a message or prompt (`msg_…` when generated).
+    MessageId,
+    "message_id",
+    "msg"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_empty_long_and_control_ids() {
+        assert!(SessionId::new("").is_err());
+        assert!(SessionId::new("a".repeat(256)).is_err());
+        assert!(SessionId::new("a\nb").is_err());
+        assert!(SessionId::new("a".repeat(255)).is_ok());
+    }
+
+    #[test]
+    fn generated_ids_are_unique_and_valid() {
+        let a = MessageId::generate();
+        let b = MessageId::generate();
+        assert_ne!(a, b);
+        assert!(a.as_str().starts_with("msg_"));
+        assert!(MessageId::new(a.as_str()).is_ok());
+    }
+}

@@ -1,0 +1,28 @@
+//! # durable-sessions
+//!
+//! A crash-safe, one-actor-per-session execution runtime for conversational work (AI-agent
+//! sessions, chat bots, long-running jobs), built on actix with an embedded SQLite store.
+//!
+//! # Layout
+//!
+//! - [`store`](crate::store) (private): plain rusqlite functions over a connection or transaction:
+//!   schema migrations, the connection pool, and every read and projection write.
+//! - `persistence`: the Persistence actor. It owns the pool, runs every write on one writer
+//!   thread and group-commits requests from many sessions into one transaction.
+//! - `session::coordinator`: the per-session state machine (joiners, doorbell, fences,
+//!   successor turns) as plain data, with no actix and no I/O.
+//! - `session`: the `SessionActor`, a thin actix shell over the coordinator.
+//! - `registry`: the `RegistryActor` (spawn on demand, supervise, passivate) and the restart sweep.
+//! - `runtime`/`service`: the public handles `Runtime`, `Sessions` and `Execution`.
+//!
+//! Dependencies point down: service → registry → session → persistence → store.
+#![cfg_attr(not(test), warn(clippy::print_stdout))]
+
+pub mod error;
+pub mod event;
+pub mod id;
+pub(crate) mod store;
+
+pub use error::{Error, Result, StoreError};
+pub use event::EventRecord;
+pub use id::{MessageId, SessionId};
