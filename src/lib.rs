@@ -21,8 +21,15 @@
 pub mod error;
 pub mod event;
 pub mod id;
+pub mod runner;
+pub(crate) mod session;
+pub mod turn;
 pub(crate) mod store;
 
 pub use error::{Error, Result, StoreError};
 pub use event::EventRecord;
 pub use id::{MessageId, SessionId};
+pub use runner::{
+    terminal, Exit, InterruptReason, ProviderErrorKind, RunError, Runner, SessionError, Terminal,
+};
+pub use turn::Turn;

@@ -1,0 +1,576 @@
+//! The per-session execution state machine (reference §2.3 and §2.6) as plain data and methods:
+//! joiners, doorbell coalescing, successor turns, the stop barrier, sequence fences, upgrades of
+//! advisory turns and scope close. No actix and no I/O: every method returns the [`Effect`]s the
+//! shell (the `SessionActor`, or a test harness) must carry out, and the shell reports back with
+//! [`Coordinator::started`], [`Coordinator::drain_finished`] and [`Coordinator::settled`].
+//!
+//! One *execution* (a turn, a "busy period") runs from its start hook (the claim) through one or
+//! more drains to its settle hook (terminal event + release). Wakes during a drain ring the
+//! doorbell and coalesce into one follow-up drain; wakes that land while it stops or settles
+//! start a *successor* execution.
+
+use std::fmt;
+
+use crate::runner::{terminal, Exit, InterruptReason, Terminal};
+
+/// A per-session event sequence number.
+pub type Seq = u64;
+
+/// Whether a drain is advisory (a wake) or forced (an explicit run / resume).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Drain only if eligible work exists (`force = false`).
+    Wake,
+    /// Make at least one attempt even if nothing new is pending (`force = true`).
+    Run,
+}
+
+/// The waiter tokens a shell hands the coordinator; it hands them back in answer effects.
+pub trait Tokens {
+    /// A `resume`/`run` caller waiting for its execution's outcome.
+    type Run;
+    /// An `await_idle` caller.
+    type Idle;
+    /// An `interrupt` caller waiting for cleanup to finish.
+    type Interrupt;
+}
+
+/// What a `run` caller receives: the terminal of the execution it joined, or the error of that
+/// execution's settle hook (ownership is released either way).
+pub type RunAnswer<E> = Result<Terminal, E>;
+
+/// Something the shell must do, in order.
+pub enum Effect<T: Tokens, E> {
+    /// The session now has an execution: it enters `active()`.
+    Activated,
+    /// Commit the start hook (claim + `session.execution.started`), then call
+    /// [`Coordinator::started`]. The hook is uninterruptible.
+    Start {
+        /// The execution's id.
+        execution: u64,
+    },
+    /// Call the runner. Report the result with [`Coordinator::drain_finished`] and this `drain`.
+    Drain {
+        /// Identifies this drain in [`Coordinator::drain_finished`].
+        drain: u64,
+        /// Advisory or forced.
+        mode: Mode,
+        /// The admission seq that woke this drain, if any.
+        wake_seq: Option<Seq>,
+    },
+    /// Cancel the running drain (drop its future) and report [`Exit::Interrupted`].
+    Cancel {
+        /// The drain to cancel.
+        drain: u64,
+    },
+    /// Commit the settle hook (terminal event, plus release unless shutdown), then call
+    /// [`Coordinator::settled`].
+    Settle {
+        /// The classified outcome.
+        terminal: Terminal,
+    },
+    /// An advisory (wake-started) drain ended badly on its own: log it, exactly once.
+    ReportFailure {
+        /// The classified outcome.
+        terminal: Terminal,
+    },
+    /// The session has no execution any more: it leaves `active()`.
+    Deactivated,
+    /// Answer a `run` caller.
+    AnswerRun(T::Run, RunAnswer<E>),
+    /// Answer an `await_idle` caller with the first non-success terminal of the chain, if any.
+    AnswerIdle(T::Idle, Option<Terminal>),
+    /// Answer an `interrupt` caller: whether a running execution was interrupted.
+    AnswerInterrupt(T::Interrupt, bool),
+}
+
+impl<T: Tokens, E: fmt::Debug> fmt::Debug for Effect<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Effect::Activated => f.write_str("Activated"),
+            Effect::Start { execution } => write!(f, "Start({execution})"),
+            Effect::Drain {
+                drain,
+                mode,
+                wake_seq,
+            } => write!(f, "Drain({drain}, {mode:?}, {wake_seq:?})"),
+            Effect::Cancel { drain } => write!(f, "Cancel({drain})"),
+            Effect::Settle { terminal } => write!(f, "Settle({terminal:?})"),
+            Effect::ReportFailure { terminal } => write!(f, "ReportFailure({terminal:?})"),
+            Effect::Deactivated => f.write_str("Deactivated"),
+            Effect::AnswerRun(_, answer) => write!(f, "AnswerRun({answer:?})"),
+            Effect::AnswerIdle(_, answer) => write!(f, "AnswerIdle({answer:?})"),
+            Effect::AnswerInterrupt(_, answer) => write!(f, "AnswerInterrupt({answer})"),
+        }
+    }
+}
+
+/// Where an execution is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The start hook (claim) is being committed; uninterruptible.
+    Starting,
+    /// A drain runs (or is being cancelled, when `stopping`).
+    Draining,
+    /// The settle hook is being committed; the outcome is decided.
+    Settling,
+}
+
+/// A rung doorbell: `seq` is the max admission seq of the coalesced wakes, `None` when any of
+/// them was unsequenced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bell {
+    seq: Option<Seq>,
+}
+
+impl Bell {
+    fn merge(existing: Option<Bell>, seq: Option<Seq>) -> Bell {
+        match existing {
+            None => Bell { seq },
+            Some(bell) => Bell {
+                seq: match (bell.seq, seq) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    _ => None,
+                },
+            },
+        }
+    }
+
+    /// Whether an interrupt with `seq` (None = unsequenced) covers this bell.
+    fn covered_by(self, seq: Option<Seq>) -> bool {
+        match (seq, self.seq) {
+            (None, _) => true,
+            (Some(_), None) => true,
+            (Some(s), Some(b)) => b <= s,
+        }
+    }
+}
+
+/// One execution (turn) of the session.
+struct Execution<T: Tokens> {
+    id: u64,
+    phase: Phase,
+    /// Mode of the current (or first) drain.
+    mode: Mode,
+    /// Admission seq the current drain serves (None: unsequenced or forced).
+    wake_seq: Option<Seq>,
+    /// Id of the running drain, while `phase == Draining`.
+    drain: u64,
+    /// Wakes received during this execution, to run after the current drain (or as a successor).
+    bell: Option<Bell>,
+    /// An explicit run joined a wake-mode drain: the next drain is forced.
+    upgrade: bool,
+    /// An interrupt (or scope close) is stopping this execution.
+    stopping: bool,
+    /// The stop barrier: the highest interrupt seq applied to this execution.
+    interrupt_seq: Option<Seq>,
+    /// The interrupt reason; None when stopped by scope close (classified `shutdown`).
+    reason: Option<InterruptReason>,
+    /// Whether the stop was deliberate (interrupt or close), so it is not reported as a failure.
+    deliberate: bool,
+    /// Callers joined to this execution.
+    runs: Vec<T::Run>,
+    /// Explicit runs that arrived while stopping or settling: they start a fresh execution.
+    post_stop_runs: Vec<T::Run>,
+    /// Interrupt callers waiting for cleanup.
+    interrupters: Vec<T::Interrupt>,
+    /// Set once the exit is decided.
+    terminal: Option<Terminal>,
+}
+
+/// The per-session coordinator. `E` is the error type of the settle hook.
+pub struct Coordinator<T: Tokens, E> {
+    execution: Option<Execution<T>>,
+    /// The highest interrupt seq seen (durable: seeded from the store at actor start).
+    boundary: Option<Seq>,
+    /// Scope closed (shutdown): no new work starts.
+    closed: bool,
+    next_execution: u64,
+    next_drain: u64,
+    /// `await_idle` callers; answered when the chain of executions ends.
+    idle: Vec<T::Idle>,
+    /// The first non-success terminal of the current chain.
+    chain_failure: Option<Terminal>,
+    _settle_error: std::marker::PhantomData<fn() -> E>,
+}
+
+impl<T: Tokens, E> fmt::Debug for Coordinator<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("phase", &self.phase())
+            .field("boundary", &self.boundary)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Tokens, E> Default for Coordinator<T, E> {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl<T: Tokens, E> Coordinator<T, E> {
+    /// A coordinator whose interrupt fence starts at `boundary` (the latest durable interrupt seq).
+    pub fn new(boundary: Option<Seq>) -> Self {
+        Self {
+            execution: None,
+            boundary,
+            closed: false,
+            next_execution: 0,
+            next_drain: 0,
+            idle: Vec::new(),
+            chain_failure: None,
+            _settle_error: std::marker::PhantomData,
+        }
+    }
+
+    /// Whether an execution exists (starting, draining, stopping or settling).
+    pub fn is_active(&self) -> bool {
+        self.execution.is_some()
+    }
+
+    /// The phase of the current execution, if any.
+    pub fn phase(&self) -> Option<Phase> {
+        self.execution.as_ref().map(|e| e.phase)
+    }
+
+    /// Whether nothing runs and nobody waits: the shell may passivate.
+    pub fn is_quiescent(&self) -> bool {
+        self.execution.is_none() && self.idle.is_empty()
+    }
+
+    /// The interrupt fence.
+    pub fn boundary(&self) -> Option<Seq> {
+        self.boundary
+    }
+
+    /// Whether the scope was closed.
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Whether a wake with `seq` would be dropped as stale by the fence.
+    pub fn is_stale(&self, seq: Option<Seq>) -> bool {
+        match (self.boundary, seq) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(b), Some(s)) => s <= b,
+        }
+    }
+
+    /// Raises the interrupt fence (e.g. from a durable interrupt seen elsewhere).
+    pub fn raise_boundary(&mut self, seq: Seq) {
+        self.boundary = Some(self.boundary.map_or(seq, |b| b.max(seq)));
+    }
+
+    fn begin(&mut self, mode: Mode, wake_seq: Option<Seq>, runs: Vec<T::Run>) -> Effect<T, E> {
+        let id = self.next_execution;
+        self.next_execution += 1;
+        self.execution = Some(Execution {
+            id,
+            phase: Phase::Starting,
+            mode,
+            wake_seq: if mode == Mode::Run { None } else { wake_seq },
+            drain: 0,
+            bell: None,
+            upgrade: false,
+            stopping: false,
+            interrupt_seq: None,
+            reason: None,
+            deliberate: false,
+            runs,
+            post_stop_runs: Vec::new(),
+            interrupters: Vec::new(),
+            terminal: None,
+        });
+        Effect::Start { execution: id }
+    }
+
+    /// An advisory wake, optionally fenced by the admission seq that caused it.
+    pub fn wake(&mut self, seq: Option<Seq>) -> Vec<Effect<T, E>> {
+        if self.closed || self.is_stale(seq) {
+            return Vec::new();
+        }
+        match &mut self.execution {
+            None => vec![Effect::Activated, self.begin(Mode::Wake, seq, Vec::new())],
+            Some(e) => {
+                if e.stopping {
+                    if let Some(barrier) = e.interrupt_seq {
+                        if seq.is_none_or(|s| s <= barrier) {
+                            return Vec::new();
+                        }
+                    }
+                }
+                e.bell = Some(Bell::merge(e.bell, seq));
+                Vec::new()
+            }
+        }
+    }
+
+    /// An explicit run (`resume`): starts an execution, joins the running one (upgrading an
+    /// advisory one to a forced follow-up drain), or — while it stops or settles — waits for it to
+    /// settle and then starts a fresh one.
+    pub fn run(&mut self, token: T::Run) -> Vec<Effect<T, E>> {
+        if self.closed {
+            return vec![Effect::AnswerRun(
+                token,
+                Ok(Terminal::Interrupted {
+                    reason: InterruptReason::Shutdown,
+                }),
+            )];
+        }
+        match &mut self.execution {
+            None => vec![Effect::Activated, self.begin(Mode::Run, None, vec![token])],
+            Some(e) if e.stopping || e.phase == Phase::Settling => {
+                e.post_stop_runs.push(token);
+                Vec::new()
+            }
+            Some(e) => {
+                e.runs.push(token);
+                if e.mode == Mode::Wake {
+                    if e.phase == Phase::Starting {
+                        // The first drain has not begun: it simply becomes forced.
+                        e.mode = Mode::Run;
+                        e.wake_seq = None;
+                    } else {
+                        e.upgrade = true;
+                    }
+                }
+                Vec::new()
+            }
+        }
+    }
+
+    /// Waits until no execution runs (through successors). Answers at once when idle.
+    pub fn await_idle(&mut self, token: T::Idle) -> Vec<Effect<T, E>> {
+        if self.execution.is_none() {
+            return vec![Effect::AnswerIdle(token, None)];
+        }
+        self.idle.push(token);
+        Vec::new()
+    }
+
+    /// Interrupts the running execution for `reason`, fenced by `seq` (reference §2.6).
+    ///
+    /// The caller is answered `true` once cleanup finished (the settle hook committed), or `false`
+    /// at once when there was nothing to interrupt.
+    pub fn interrupt(
+        &mut self,
+        seq: Option<Seq>,
+        reason: InterruptReason,
+        token: T::Interrupt,
+    ) -> Vec<Effect<T, E>> {
+        if let Some(s) = seq {
+            self.raise_boundary(s);
+        }
+        let Some(e) = &mut self.execution else {
+            return vec![Effect::AnswerInterrupt(token, false)];
+        };
+        if e.phase == Phase::Settling {
+            // The outcome is decided; no reason attaches. Drop the wakes this interrupt covers.
+            if e.bell.is_some_and(|b| b.covered_by(seq)) {
+                e.bell = None;
+            }
+            return vec![Effect::AnswerInterrupt(token, false)];
+        }
+        if e.stopping {
+            // Cleanup in progress: join it, moving the stop barrier forward for a newer seq.
+            if let Some(s) = seq {
+                if e.interrupt_seq.is_none_or(|b| s > b) {
+                    e.interrupt_seq = Some(s);
+                    if e.bell.is_some_and(|b| b.covered_by(Some(s))) {
+                        e.bell = None;
+                    }
+                }
+            }
+            e.interrupters.push(token);
+            return Vec::new();
+        }
+        if let (Some(s), Some(w)) = (seq, e.wake_seq) {
+            if w > s {
+                // The running drain serves work admitted after the interrupt.
+                if e.bell.is_some_and(|b| b.covered_by(seq)) {
+                    e.bell = None;
+                }
+                return vec![Effect::AnswerInterrupt(token, false)];
+            }
+        }
+        e.stopping = true;
+        e.deliberate = true;
+        e.interrupt_seq = seq;
+        e.reason = Some(reason);
+        e.upgrade = false;
+        if e.bell.is_some_and(|b| b.covered_by(seq)) {
+            e.bell = None;
+        }
+        e.interrupters.push(token);
+        if e.phase == Phase::Draining {
+            vec![Effect::Cancel { drain: e.drain }]
+        } else {
+            // Starting: the claim commit is uninterruptible; `started` settles instead of draining.
+            Vec::new()
+        }
+    }
+
+    /// Closes the scope (shutdown): cancels the running drain with no reason (classified
+    /// `shutdown`), answers queued explicit runs as interrupted, and starts nothing afterwards.
+    pub fn close(&mut self) -> Vec<Effect<T, E>> {
+        self.closed = true;
+        let Some(e) = &mut self.execution else {
+            return Vec::new();
+        };
+        let shutdown = Terminal::Interrupted {
+            reason: InterruptReason::Shutdown,
+        };
+        let mut effects: Vec<Effect<T, E>> = e
+            .post_stop_runs
+            .drain(..)
+            .map(|token| Effect::AnswerRun(token, Ok(shutdown.clone())))
+            .collect();
+        e.bell = None;
+        e.upgrade = false;
+        if e.phase != Phase::Settling && !e.stopping {
+            e.stopping = true;
+            e.deliberate = true;
+            if e.phase == Phase::Draining {
+                effects.push(Effect::Cancel { drain: e.drain });
+            }
+        }
+        effects
+    }
+
+    /// The start hook of execution `execution` finished. `Err` carries a failure of the claim
+    /// commit; the turn then settles as failed without draining.
+    pub fn started(&mut self, execution: u64, result: Result<(), Exit>) -> Vec<Effect<T, E>> {
+        let Some(e) = &mut self.execution else {
+            return Vec::new();
+        };
+        if e.id != execution || e.phase != Phase::Starting {
+            return Vec::new();
+        }
+        match result {
+            Err(exit) => self.settle(exit),
+            Ok(()) if e.stopping => self.settle(Exit::Interrupted),
+            Ok(()) => {
+                e.phase = Phase::Draining;
+                let drain = self.next_drain;
+                self.next_drain += 1;
+                e.drain = drain;
+                vec![Effect::Drain {
+                    drain,
+                    mode: e.mode,
+                    wake_seq: e.wake_seq,
+                }]
+            }
+        }
+    }
+
+    /// Drain `drain` ended with `exit`. Stale reports (of a drain no longer running) are ignored.
+    pub fn drain_finished(&mut self, drain: u64, exit: Exit) -> Vec<Effect<T, E>> {
+        let Some(e) = &mut self.execution else {
+            return Vec::new();
+        };
+        if e.phase != Phase::Draining || e.drain != drain {
+            return Vec::new();
+        }
+        if matches!(exit, Exit::Success) && !e.stopping && (e.upgrade || e.bell.is_some()) {
+            let (mode, wake_seq) = if e.upgrade {
+                (Mode::Run, None)
+            } else {
+                (Mode::Wake, e.bell.and_then(|b| b.seq))
+            };
+            e.upgrade = false;
+            e.bell = None;
+            e.mode = mode;
+            e.wake_seq = wake_seq;
+            let drain = self.next_drain;
+            self.next_drain += 1;
+            e.drain = drain;
+            return vec![Effect::Drain {
+                drain,
+                mode,
+                wake_seq,
+            }];
+        }
+        let exit = if e.stopping && matches!(exit, Exit::Success) {
+            Exit::Interrupted
+        } else {
+            exit
+        };
+        self.settle(exit)
+    }
+
+    fn settle(&mut self, exit: Exit) -> Vec<Effect<T, E>> {
+        let e = self
+            .execution
+            .as_mut()
+            .expect("settle is only called with an execution");
+        e.phase = Phase::Settling;
+        let classified = terminal(&exit, e.reason);
+        e.terminal = Some(classified.clone());
+        let mut effects = vec![Effect::Settle {
+            terminal: classified.clone(),
+        }];
+        if e.mode == Mode::Wake && !e.deliberate && !classified.is_success() {
+            effects.push(Effect::ReportFailure {
+                terminal: classified,
+            });
+        }
+        effects
+    }
+
+    /// The settle hook of the current execution finished (`Err` = the terminal commit failed;
+    /// ownership is released all the same and the error goes to the joined `run` callers).
+    pub fn settled(&mut self, result: Result<(), E>) -> Vec<Effect<T, E>>
+    where
+        E: Clone,
+    {
+        let Some(e) = self.execution.take() else {
+            return Vec::new();
+        };
+        if e.phase != Phase::Settling {
+            self.execution = Some(e);
+            return Vec::new();
+        }
+        let terminal = e.terminal.expect("a settling execution has a terminal");
+        if !terminal.is_success() && self.chain_failure.is_none() {
+            self.chain_failure = Some(terminal.clone());
+        }
+        let mut effects: Vec<Effect<T, E>> = Vec::new();
+        for token in e.runs {
+            effects.push(Effect::AnswerRun(
+                token,
+                result.clone().map(|()| terminal.clone()),
+            ));
+        }
+        for token in e.interrupters {
+            effects.push(Effect::AnswerInterrupt(token, true));
+        }
+        let bell = e.bell.filter(|b| !self.is_stale(b.seq));
+        if !self.closed && (!e.post_stop_runs.is_empty() || bell.is_some()) {
+            let (mode, seq) = if e.post_stop_runs.is_empty() {
+                (Mode::Wake, bell.and_then(|b| b.seq))
+            } else {
+                (Mode::Run, None)
+            };
+            effects.push(self.begin(mode, seq, e.post_stop_runs));
+            if mode == Mode::Run {
+                if let (Some(bell), Some(next)) = (bell, self.execution.as_mut()) {
+                    // A wake rang too: it is served by the forced drain's follow-up.
+                    next.bell = Some(bell);
+                }
+            }
+            return effects;
+        }
+        effects.push(Effect::Deactivated);
+        let chain = self.chain_failure.take();
+        for token in std::mem::take(&mut self.idle) {
+            effects.push(Effect::AnswerIdle(token, chain.clone()));
+        }
+        effects
+    }
+}
+
+#[cfg(test)]
+mod tests;
