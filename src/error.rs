@@ -48,6 +48,21 @@ impl StoreError {
     }
 }
 
+impl StoreError {
+    /// A copy of this error for a second caller (rusqlite errors are not `Clone`): SQLite failures
+    /// keep their code, anything else keeps its message.
+    pub(crate) fn duplicate(&self) -> StoreError {
+        match self {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(code, message)) => {
+                StoreError::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone()))
+            }
+            StoreError::Closed => StoreError::Closed,
+            StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+            other => StoreError::Inconsistent(other.to_string()),
+        }
+    }
+}
+
 /// Everything that can go wrong when calling the runtime.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -18,18 +18,39 @@
 //! Dependencies point down: service → registry → session → persistence → store.
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 
+pub mod config;
+pub(crate) mod core;
 pub mod error;
 pub mod event;
+pub mod execution;
 pub mod id;
+pub mod model;
+pub(crate) mod persistence;
+pub(crate) mod registry;
 pub mod runner;
+pub mod runtime;
+pub mod service;
+pub mod testing;
 pub(crate) mod session;
-pub mod turn;
 pub(crate) mod store;
+pub mod turn;
 
+pub use config::RuntimeConfig;
 pub use error::{Error, Result, StoreError};
+pub use execution::Execution;
+pub use persistence::PersistenceStats;
+pub use registry::sweep::SweepReport;
+pub use registry::RegistryStats;
+pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
+pub use service::{CreateSession, Sessions};
 pub use event::EventRecord;
 pub use id::{MessageId, SessionId};
+pub use model::{
+    Admission, Anchor, ClaimState, Cursor, Delivery, Direction, ListQuery, Message, MessagesQuery,
+    Order, ParentFilter, SessionInfo,
+};
 pub use runner::{
     terminal, Exit, InterruptReason, ProviderErrorKind, RunError, Runner, SessionError, Terminal,
 };
+pub use store::pool::Synchronous;
 pub use turn::Turn;

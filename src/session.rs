@@ -1,3 +1,359 @@
 //! The `SessionActor`: one actix actor per live session, a thin shell over the coordinator.
+//!
+//! Its mailbox serializes `Wake`, `Resume`, `Interrupt`, `AwaitIdle` and `Close` for one
+//! session. Decisions are the coordinator's; the actor carries out its effects: it commits the
+//! claim (with `session.execution.started`) through the Persistence actor *before* calling the
+//! runner, runs the drain as a cancellable future on its arbiter (a panic is caught and recorded
+//! as `Failed{kind: "panic"}`), and commits the terminal event (+ release, except on shutdown).
 
 pub(crate) mod coordinator;
+pub(crate) mod messages;
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use futures::channel::oneshot;
+use futures::FutureExt;
+use serde_json::json;
+
+use self::coordinator::{Coordinator, Effect, Mode, Tokens};
+use self::messages::{AwaitIdle, Close, Interrupt, Resume, Wake};
+use crate::core::Core;
+use crate::error::{Error, StoreError};
+use crate::event::kind;
+use crate::id::SessionId;
+use crate::runner::{Exit, RunError, Terminal};
+use crate::store;
+use crate::turn::Turn;
+
+/// The reply channels the actor hands its coordinator.
+pub(crate) struct ActorTokens;
+
+impl Tokens for ActorTokens {
+    type Run = oneshot::Sender<Result<Terminal, Error>>;
+    type Idle = oneshot::Sender<()>;
+    type Interrupt = oneshot::Sender<bool>;
+}
+
+type SettleError = Arc<StoreError>;
+
+/// One live session.
+pub(crate) struct SessionActor {
+    core: Arc<Core>,
+    id: SessionId,
+    /// Distinguishes this incarnation from earlier and later actors of the same session.
+    generation: u64,
+    coordinator: Coordinator<ActorTokens, SettleError>,
+    /// Whether the session row exists (loaded at start, re-checked when it did not).
+    exists: bool,
+    /// The running drain: its id and the handle that cancels it.
+    drain: Option<(u64, SpawnHandle)>,
+    /// When the actor last did anything; drives passivation.
+    last_activity: Instant,
+    /// A drain panicked: after settling, the actor stops and is replaced.
+    panicked: bool,
+}
+
+impl std::fmt::Debug for SessionActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionActor")
+            .field("id", &self.id)
+            .field("generation", &self.generation)
+            .field("coordinator", &self.coordinator)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionActor {
+    pub(crate) fn new(core: Arc<Core>, id: SessionId, generation: u64) -> Self {
+        Self {
+            core,
+            id,
+            generation,
+            coordinator: Coordinator::new(None),
+            exists: false,
+            drain: None,
+            last_activity: Instant::now(),
+            panicked: false,
+        }
+    }
+
+    /// Reloads what the actor derives from the store: whether the session exists and its
+    /// durable interrupt fence. A short synchronous read on this arbiter.
+    fn reload(&mut self) {
+        let id = self.id.clone();
+        let loaded = self.core.persistence.read_blocking(|conn| {
+            let exists = store::session_exists(conn, &id)?;
+            let fence = if exists {
+                store::latest_interrupt_seq(conn, &id)?
+            } else {
+                None
+            };
+            Ok::<_, StoreError>((exists, fence))
+        });
+        match loaded {
+            Ok((exists, fence)) => {
+                self.exists = exists;
+                if let Some(seq) = fence {
+                    self.coordinator.raise_boundary(seq);
+                }
+            }
+            Err(e) => {
+                log::error!("session {}: cannot load state: {e}", self.id);
+                self.exists = false;
+            }
+        }
+    }
+
+    /// Whether the session exists, re-reading the store when it did not (it may have been
+    /// created since).
+    fn ensure_exists(&mut self) -> bool {
+        if !self.exists {
+            self.reload();
+        }
+        self.exists
+    }
+
+    /// Carries out the coordinator's effects, in order; effects produced while doing so are
+    /// appended, so chains of synchronous transitions never recurse.
+    fn apply(&mut self, effects: Vec<Effect<ActorTokens, SettleError>>, ctx: &mut Context<Self>) {
+        let mut queue: VecDeque<_> = effects.into();
+        while let Some(effect) = queue.pop_front() {
+            self.last_activity = Instant::now();
+            match effect {
+                Effect::Activated => self.core.registry.activate(&self.id),
+                Effect::Deactivated => self.core.registry.deactivate(&self.id),
+                Effect::Start { execution } => self.start_hook(execution, ctx),
+                Effect::Drain {
+                    drain,
+                    mode,
+                    wake_seq,
+                } => self.spawn_drain(drain, mode, wake_seq, ctx),
+                Effect::Cancel { drain } => {
+                    if let Some((running, handle)) = self.drain.take() {
+                        if running == drain {
+                            ctx.cancel_future(handle);
+                            queue.extend(self.coordinator.drain_finished(drain, Exit::Interrupted));
+                        } else {
+                            self.drain = Some((running, handle));
+                        }
+                    }
+                }
+                Effect::Settle { terminal } => self.settle_hook(terminal, ctx),
+                Effect::ReportFailure { terminal } => {
+                    log::warn!("session {}: advisory turn ended badly: {terminal:?}", self.id);
+                }
+                Effect::AnswerRun(reply, answer) => {
+                    let _ = reply.send(answer.map_err(|e| Error::Store(e.duplicate())));
+                }
+                Effect::AnswerIdle(reply, _) => {
+                    let _ = reply.send(());
+                }
+                Effect::AnswerInterrupt(reply, interrupted) => {
+                    let _ = reply.send(interrupted);
+                }
+            }
+        }
+        if self.panicked && !self.coordinator.is_active() {
+            log::warn!("session {}: replacing the actor after a panic", self.id);
+            self.core.registry.forget(&self.id, self.generation, true);
+            ctx.stop();
+        }
+    }
+
+    /// Commits the claim with `session.execution.started` (uninterruptible), then reports.
+    fn start_hook(&mut self, execution: u64, ctx: &mut Context<Self>) {
+        let persistence = self.core.persistence.clone();
+        let id = self.id.clone();
+        let data = json!({ "boot": self.core.boot });
+        let commit = async move {
+            persistence
+                .write(move |w| w.publish(&id, kind::EXECUTION_STARTED, &data).map(|_| ()))
+                .await
+        };
+        ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            let result = result.map_err(|e| {
+                log::error!("session {}: claim failed: {e}", act.id);
+                Exit::Failure(RunError::Other(format!("claim failed: {e}")))
+            });
+            let effects = act.coordinator.started(execution, result);
+            act.apply(effects, ctx);
+        }));
+    }
+
+    /// Runs the user's drain as a cancellable future; a panic is caught and becomes a failure.
+    fn spawn_drain(
+        &mut self,
+        drain: u64,
+        mode: Mode,
+        wake_seq: Option<u64>,
+        ctx: &mut Context<Self>,
+    ) {
+        let turn = Turn::new(
+            self.core.clone(),
+            self.id.clone(),
+            mode == Mode::Run,
+            wake_seq,
+        );
+        let runner = self.core.runner.clone();
+        let future = AssertUnwindSafe(async move { runner.drain(turn).await }).catch_unwind();
+        let handle = ctx.spawn(future.into_actor(self).map(move |result, act, ctx| {
+            if act.drain.as_ref().is_some_and(|(d, _)| *d == drain) {
+                act.drain = None;
+            }
+            let exit = match result {
+                Ok(Ok(())) => Exit::Success,
+                Ok(Err(error)) => Exit::Failure(error),
+                Err(panic) => {
+                    act.panicked = true;
+                    let message = panic_message(panic.as_ref());
+                    log::error!("session {}: drain panicked: {message}", act.id);
+                    Exit::Failure(RunError::Panic(message))
+                }
+            };
+            let effects = act.coordinator.drain_finished(drain, exit);
+            act.apply(effects, ctx);
+        }));
+        self.drain = Some((drain, handle));
+    }
+
+    /// Commits the terminal event (+ release unless shutdown), then reports.
+    fn settle_hook(&mut self, terminal: Terminal, ctx: &mut Context<Self>) {
+        let persistence = self.core.persistence.clone();
+        let id = self.id.clone();
+        let (event, data) = terminal_event(&terminal);
+        let best_effort = matches!(
+            terminal,
+            Terminal::Interrupted {
+                reason: crate::runner::InterruptReason::Shutdown
+            }
+        );
+        let commit = async move {
+            persistence
+                .write(move |w| w.publish(&id, event, &data).map(|_| ()))
+                .await
+        };
+        ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            let result = match result {
+                Ok(()) => Ok(()),
+                Err(e) if best_effort => {
+                    log::warn!("session {}: could not record shutdown: {e}", act.id);
+                    Ok(())
+                }
+                Err(e) => {
+                    log::error!("session {}: could not record {terminal:?}: {e}", act.id);
+                    Err(Arc::new(e))
+                }
+            };
+            let effects = act.coordinator.settled(result);
+            act.apply(effects, ctx);
+        }));
+    }
+}
+
+/// The event (wire name and payload) that records `terminal`.
+pub(crate) fn terminal_event(terminal: &Terminal) -> (&'static str, serde_json::Value) {
+    match terminal {
+        Terminal::Succeeded => (kind::EXECUTION_SUCCEEDED, json!({})),
+        Terminal::Failed { error } => (kind::EXECUTION_FAILED, json!({ "error": error })),
+        Terminal::Interrupted { reason } => (
+            kind::EXECUTION_INTERRUPTED,
+            json!({ "reason": reason.as_str() }),
+        ),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_string()
+    }
+}
+
+impl Actor for SessionActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        ctx.set_mailbox_capacity(64);
+        self.reload();
+        let idle = self.core.config.idle_timeout;
+        let tick = (idle / 2).clamp(Duration::from_millis(5), Duration::from_secs(5));
+        ctx.run_interval(tick, move |act, ctx| {
+            if act.coordinator.is_quiescent() && act.last_activity.elapsed() >= idle {
+                log::debug!("session {}: passivating after {idle:?} idle", act.id);
+                act.core.registry.forget(&act.id, act.generation, false);
+                ctx.stop();
+            }
+        });
+    }
+
+    fn stopped(&mut self, _ctx: &mut Self::Context) {
+        // System stop or passivation: any drain future was dropped with the context; claims are
+        // kept, so the next boot resumes the turn.
+        if self.coordinator.is_active() {
+            self.core.registry.deactivate(&self.id);
+        }
+        self.core.registry.forget(&self.id, self.generation, false);
+    }
+}
+
+impl Handler<Wake> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
+        if !self.ensure_exists() {
+            log::debug!("session {}: wake for an unknown session dropped", self.id);
+            return;
+        }
+        let effects = self.coordinator.wake(msg.seq);
+        self.apply(effects, ctx);
+    }
+}
+
+impl Handler<Resume> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
+        if !self.ensure_exists() {
+            let _ = msg.reply.send(Err(Error::NotFound {
+                session_id: self.id.clone(),
+            }));
+            return;
+        }
+        let effects = self.coordinator.run(msg.reply);
+        self.apply(effects, ctx);
+    }
+}
+
+impl Handler<Interrupt> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Interrupt, ctx: &mut Self::Context) {
+        let effects = self.coordinator.interrupt(msg.seq, msg.reason, msg.reply);
+        self.apply(effects, ctx);
+    }
+}
+
+impl Handler<AwaitIdle> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AwaitIdle, ctx: &mut Self::Context) {
+        let effects = self.coordinator.await_idle(msg.reply);
+        self.apply(effects, ctx);
+    }
+}
+
+impl Handler<Close> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, ctx: &mut Self::Context) {
+        let effects = self.coordinator.close();
+        self.apply(effects, ctx);
+    }
+}

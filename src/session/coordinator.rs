@@ -241,11 +241,13 @@ impl<T: Tokens, E> Coordinator<T, E> {
     }
 
     /// The interrupt fence.
+    #[allow(dead_code)]
     pub fn boundary(&self) -> Option<Seq> {
         self.boundary
     }
 
     /// Whether the scope was closed.
+    #[allow(dead_code)]
     pub fn is_closed(&self) -> bool {
         self.closed
     }

@@ -1,0 +1,79 @@
+//! [`RuntimeConfig`]: every knob of the runtime, with its documented default.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::store::pool::Synchronous;
+
+/// The runtime's configuration. Built through [`crate::RuntimeBuilder`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The SQLite file. Default: `./durable-sessions.db`.
+    pub database: PathBuf,
+    /// How many restart-resumes a claimed turn gets before it is terminalized as `aborted`.
+    /// Default: 10.
+    pub max_resume_attempts: u32,
+    /// A session actor idle this long is stopped (passivated). Default: 60 s.
+    pub idle_timeout: Duration,
+    /// SQLite `synchronous` for every connection. Default: [`Synchronous::Full`].
+    pub synchronous: Synchronous,
+    /// Arbiters (threads) the session actors are spread over. Default: one per core.
+    pub arbiters: usize,
+    /// Run the restart sweep in `start`. Default: true.
+    pub sweep_on_start: bool,
+    /// How long `shutdown` waits for drains to record their interruption. Default: 5 s.
+    pub shutdown_grace: Duration,
+    /// SQLite `busy_timeout`. Default: 5 s.
+    pub busy_timeout: Duration,
+    /// Read connections in the pool (the writer has its own). Default: 8.
+    pub pool_size: u32,
+    /// The largest accepted prompt, in bytes of JSON. Default: 1 MiB.
+    pub max_prompt_bytes: usize,
+    /// Batch writes from many sessions into one transaction. Default: true (off only for the
+    /// benchmark comparison).
+    pub group_commit: bool,
+    /// Events buffered per live subscriber before it is told it lagged. Default: 4096.
+    pub bus_capacity: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            database: PathBuf::from("durable-sessions.db"),
+            max_resume_attempts: 10,
+            idle_timeout: Duration::from_secs(60),
+            synchronous: Synchronous::Full,
+            arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            sweep_on_start: true,
+            shutdown_grace: Duration::from_secs(5),
+            busy_timeout: Duration::from_secs(5),
+            pool_size: 8,
+            max_prompt_bytes: 1024 * 1024,
+            group_commit: true,
+            bus_capacity: 4096,
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Checks that every value is in range.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the first value out of range.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.arbiters == 0 {
+            return Err(Error::Config("arbiters must be at least 1".into()));
+        }
+        if self.pool_size == 0 {
+            return Err(Error::Config("pool_size must be at least 1".into()));
+        }
+        if self.idle_timeout.is_zero() {
+            return Err(Error::Config("idle_timeout must be positive".into()));
+        }
+        if self.max_prompt_bytes == 0 {
+            return Err(Error::Config("max_prompt_bytes must be positive".into()));
+        }
+        Ok(())
+    }
+}

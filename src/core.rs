@@ -1,0 +1,30 @@
+//! [`Core`]: what every part of a running runtime shares.
+
+use std::sync::Arc;
+
+use crate::config::RuntimeConfig;
+use crate::persistence::Persistence;
+use crate::registry::Registry;
+use crate::runner::Runner;
+
+/// The shared state of one running runtime (one boot).
+pub(crate) struct Core {
+    /// The Persistence actor.
+    pub(crate) persistence: Persistence,
+    /// The user's runner.
+    pub(crate) runner: Arc<dyn Runner>,
+    /// This boot's id, recorded with every claim (`claim_boot`).
+    pub(crate) boot: String,
+    /// The configuration the runtime was started with.
+    pub(crate) config: RuntimeConfig,
+    /// Live session actors and the `active()` set.
+    pub(crate) registry: Registry,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("boot", &self.boot)
+            .finish_non_exhaustive()
+    }
+}

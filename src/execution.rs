@@ -1,0 +1,146 @@
+//! [`Execution`]: the handle that starts, wakes, interrupts and awaits session turns.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use actix::MailboxError;
+use futures::channel::oneshot;
+
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::runner::{InterruptReason, Terminal};
+use crate::session::messages::{AwaitIdle, Interrupt, Resume, Wake};
+use crate::session::SessionActor;
+
+/// How often a message is re-sent to a fresh actor when the one it found had just stopped.
+const DELIVERY_ATTEMPTS: usize = 8;
+
+/// Starts, wakes, interrupts and awaits the turns of sessions. Cheap to clone.
+///
+/// Every method must be called inside the actix `System` the runtime was started in.
+#[derive(Clone)]
+pub struct Execution {
+    pub(crate) core: Arc<Core>,
+}
+
+impl std::fmt::Debug for Execution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Execution").finish_non_exhaustive()
+    }
+}
+
+impl Execution {
+    /// Delivers a message to the session's actor, re-sending it to a fresh actor if the one
+    /// found had stopped (passivation) before handling it. `make` builds the message anew for
+    /// each attempt; it returns what the caller then waits on.
+    async fn deliver<M, R>(&self, id: &SessionId, mut make: impl FnMut() -> (M, R)) -> Result<R>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        SessionActor: actix::Handler<M>,
+    {
+        for _ in 0..DELIVERY_ATTEMPTS {
+            let addr = self.core.registry.addr(&self.core, id)?;
+            let (message, rest) = make();
+            match addr.send(message).await {
+                Ok(()) => return Ok(rest),
+                Err(MailboxError::Closed) | Err(MailboxError::Timeout) => {
+                    self.core.registry.forget_addr(id, &addr);
+                }
+            }
+        }
+        if self.core.registry.is_closed() {
+            Err(Error::ShuttingDown)
+        } else {
+            Err(Error::Store(crate::StoreError::Inconsistent(format!(
+                "session {id}: actor kept stopping before handling a message"
+            ))))
+        }
+    }
+
+    /// Runs a forced turn, or joins the running one, and returns how it ended.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] for an unknown session, [`Error::ShuttingDown`] while shutting down,
+    /// [`Error::Store`] when the turn's terminal could not be recorded.
+    pub async fn resume(&self, id: &SessionId) -> Result<Terminal> {
+        let outcome = self.start_resume(id).await?;
+        outcome.await.unwrap_or(Err(Error::ShuttingDown))
+    }
+
+    /// Registers a forced turn (or joins the running one) and returns at once with a receiver
+    /// for its outcome: the session is in [`Execution::active`] when this returns.
+    pub(crate) async fn start_resume(
+        &self,
+        id: &SessionId,
+    ) -> Result<oneshot::Receiver<Result<Terminal>>> {
+        self.deliver(id, || {
+            let (reply, outcome) = oneshot::channel();
+            (Resume { reply }, outcome)
+        })
+        .await
+    }
+
+    /// An advisory wake: starts a drain if idle, or rings the running turn's doorbell. Returns
+    /// once the wake is delivered, never waiting for the drain. `seq` is the admission seq of
+    /// the work that caused it; wakes at or below the latest interrupt seq are dropped.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`] while shutting down.
+    pub async fn wake(&self, id: &SessionId, seq: Option<u64>) -> Result<()> {
+        self.deliver(id, || (Wake { seq }, ())).await
+    }
+
+    /// Interrupts the session's running turn as a user interrupt: cancels the drain, commits
+    /// `interrupted{user}` + release, and only then returns `true`. Returns `false` when nothing
+    /// was running (or the running drain serves work admitted after `seq`).
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`] while shutting down.
+    pub async fn interrupt(&self, id: &SessionId, seq: Option<u64>) -> Result<bool> {
+        self.interrupt_with(id, seq, InterruptReason::User).await
+    }
+
+    /// [`Execution::interrupt`] with an explicit reason (`superseded` releases like `user`).
+    ///
+    /// # Errors
+    /// As [`Execution::interrupt`].
+    pub async fn interrupt_with(
+        &self,
+        id: &SessionId,
+        seq: Option<u64>,
+        reason: InterruptReason,
+    ) -> Result<bool> {
+        let answer = self
+            .deliver(id, || {
+                let (reply, answer) = oneshot::channel();
+                (Interrupt { seq, reason, reply }, answer)
+            })
+            .await?;
+        Ok(answer.await.unwrap_or(false))
+    }
+
+    /// Resolves once no turn of `id` runs in this process (through successor turns). Returns at
+    /// once when idle; never starts work.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`] while shutting down.
+    pub async fn await_idle(&self, id: &SessionId) -> Result<()> {
+        if !self.core.registry.is_active(id) {
+            return Ok(());
+        }
+        let idle = self
+            .deliver(id, || {
+                let (reply, idle) = oneshot::channel();
+                (AwaitIdle { reply }, idle)
+            })
+            .await?;
+        let _ = idle.await;
+        Ok(())
+    }
+
+    /// The sessions with a turn in this process, including ones starting or settling.
+    pub fn active(&self) -> BTreeSet<SessionId> {
+        self.core.registry.active()
+    }
+}

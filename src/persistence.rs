@@ -1,0 +1,347 @@
+//! The Persistence actor: owns the SQLite pool, runs every durable write on one writer thread and
+//! group-commits them.
+//!
+//! The actor lives on its own OS thread (like an actix `SyncArbiter` with one thread) whose
+//! mailbox is a channel, so that it can take *everything* queued in one go: requests that arrive
+//! while a transaction commits are batched into the next one. Each request runs inside its own
+//! SAVEPOINT, so one failing request is rolled back alone; each caller's reply is sent only after
+//! the COMMIT that holds its write returned, and committed events are then published on the bus.
+//! Reads do not queue behind the writer: they run on pool connections on a blocking thread.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+
+use futures::channel::oneshot;
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::broadcast;
+
+use crate::error::StoreError;
+use crate::event::EventRecord;
+use crate::id::SessionId;
+use crate::store::{self, pool::Pool};
+
+/// The largest number of requests committed in one transaction.
+const MAX_BATCH: usize = 2048;
+
+/// Counters of what the Persistence actor did, for tests, benchmarks and `/stats`.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    transactions: AtomicU64,
+    requests: AtomicU64,
+    failed_requests: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+/// A snapshot of the Persistence actor's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct PersistenceStats {
+    /// Write transactions committed (or attempted).
+    pub transactions: u64,
+    /// Write requests processed.
+    pub requests: u64,
+    /// Write requests that failed (and were rolled back alone).
+    pub failed_requests: u64,
+    /// The most requests committed in one transaction.
+    pub largest_batch: u64,
+}
+
+/// What a write request sees: the open transaction (inside the request's savepoint) and a log
+/// of the events it published, broadcast after COMMIT.
+#[derive(Debug)]
+pub(crate) struct WriteCtx<'a> {
+    conn: &'a Connection,
+    events: Vec<EventRecord>,
+}
+
+impl WriteCtx<'_> {
+    /// The connection, inside the request's savepoint.
+    pub(crate) fn conn(&self) -> &Connection {
+        self.conn
+    }
+
+    /// Appends an event (assigning its seq and running its projection) and remembers it for the
+    /// bus.
+    pub(crate) fn publish(
+        &mut self,
+        session: &SessionId,
+        kind: &str,
+        data: &serde_json::Value,
+    ) -> Result<EventRecord, StoreError> {
+        let record = store::publish(self.conn, session, kind, data, store::now_ms())?;
+        self.events.push(record.clone());
+        Ok(record)
+    }
+
+    /// Remembers an event already appended through a store function.
+    pub(crate) fn record(&mut self, event: EventRecord) {
+        self.events.push(event);
+    }
+}
+
+/// A queued write: run it inside a savepoint, then complete it after COMMIT.
+trait Job: Send {
+    /// Runs the write; returns whether it succeeded (so its savepoint is kept).
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
+    /// Sends the reply: the write's own result, or the error that stopped the batch's commit.
+    fn complete(self: Box<Self>, commit: Result<(), &StoreError>);
+}
+
+struct TypedJob<F, T> {
+    work: Option<F>,
+    result: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<F, T> Job for TypedJob<F, T>
+where
+    F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send,
+    T: Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool {
+        let work = self.work.take().expect("a job runs once");
+        let result = work(ctx);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn complete(self: Box<Self>, commit: Result<(), &StoreError>) {
+        let result = match (commit, self.result) {
+            (_, None) => Err(StoreError::Inconsistent("write request never ran".into())),
+            (_, Some(Err(e))) => Err(e),
+            (Ok(()), Some(Ok(value))) => Ok(value),
+            (Err(e), Some(Ok(_))) => Err(e.duplicate()),
+        };
+        let _ = self.reply.send(result);
+    }
+}
+
+enum Msg {
+    Job(Box<dyn Job>),
+    Stop(oneshot::Sender<()>),
+}
+
+/// A handle to the Persistence actor. Cheap to clone; every clone talks to the same writer.
+#[derive(Clone)]
+pub(crate) struct Persistence {
+    mailbox: mpsc::Sender<Msg>,
+    pool: Pool,
+    bus: broadcast::Sender<Arc<EventRecord>>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for Persistence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Persistence")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Persistence {
+    /// Starts the writer thread on `writer` (a connection with the store's PRAGMAs applied).
+    ///
+    /// With `group_commit` off every request commits in its own transaction (kept for the
+    /// benchmark comparison).
+    pub(crate) fn start(
+        pool: Pool,
+        writer: Connection,
+        group_commit: bool,
+        bus_capacity: usize,
+    ) -> Result<Self, StoreError> {
+        let (mailbox, inbox) = mpsc::channel();
+        let (bus, _) = broadcast::channel(bus_capacity.max(1));
+        let counters = Arc::new(Counters::default());
+        let actor = WriterActor {
+            conn: writer,
+            inbox,
+            bus: bus.clone(),
+            counters: counters.clone(),
+            max_batch: if group_commit { MAX_BATCH } else { 1 },
+        };
+        thread::Builder::new()
+            .name("durable-sessions-persistence".into())
+            .spawn(move || actor.run())
+            .map_err(|e| StoreError::Inconsistent(format!("cannot spawn writer thread: {e}")))?;
+        Ok(Self {
+            mailbox,
+            pool,
+            bus,
+            counters,
+        })
+    }
+
+    /// Runs `work` in the next group-committed transaction; resolves after its COMMIT.
+    ///
+    /// # Errors
+    /// The work's own error (its savepoint was rolled back alone), or the error that stopped the
+    /// batch from committing (then nothing of the batch is stored).
+    pub(crate) async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = TypedJob {
+            work: Some(work),
+            result: None,
+            reply,
+        };
+        self.mailbox
+            .send(Msg::Job(Box::new(job)))
+            .map_err(|_| StoreError::Closed)?;
+        answer.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `work` on a pooled connection on a blocking thread, not behind the writer.
+    ///
+    /// # Errors
+    /// Whatever the read returns, or a pool error.
+    pub(crate) async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let pool = self.pool.clone();
+        actix_rt::task::spawn_blocking(move || {
+            let conn = pool.get()?;
+            work(&conn)
+        })
+        .await
+        .map_err(|e| StoreError::Inconsistent(format!("read task failed: {e}")))?
+    }
+
+    /// Runs a read synchronously on a pooled connection (for callers off the async runtime).
+    pub(crate) fn read_blocking<T>(
+        &self,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let conn = self.pool.get()?;
+        work(&conn)
+    }
+
+    /// Subscribes to every event committed from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<EventRecord>> {
+        self.bus.subscribe()
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn stats(&self) -> PersistenceStats {
+        let c = &self.counters;
+        PersistenceStats {
+            transactions: c.transactions.load(Ordering::Relaxed),
+            requests: c.requests.load(Ordering::Relaxed),
+            failed_requests: c.failed_requests.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Asks the writer to finish what is queued and stop. Later writes fail with `Closed`.
+    pub(crate) async fn stop(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.mailbox.send(Msg::Stop(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// The writer thread's state.
+struct WriterActor {
+    /// The one connection every write goes through.
+    conn: Connection,
+    inbox: mpsc::Receiver<Msg>,
+    bus: broadcast::Sender<Arc<EventRecord>>,
+    counters: Arc<Counters>,
+    max_batch: usize,
+}
+
+impl WriterActor {
+    fn run(mut self) {
+        let mut stop: Option<oneshot::Sender<()>> = None;
+        while stop.is_none() {
+            let Ok(first) = self.inbox.recv() else { break };
+            let mut batch = Vec::new();
+            match first {
+                Msg::Job(job) => batch.push(job),
+                Msg::Stop(tx) => stop = Some(tx),
+            }
+            while stop.is_none() && batch.len() < self.max_batch {
+                match self.inbox.try_recv() {
+                    Ok(Msg::Job(job)) => batch.push(job),
+                    Ok(Msg::Stop(tx)) => stop = Some(tx),
+                    Err(_) => break,
+                }
+            }
+            if !batch.is_empty() {
+                self.commit_batch(batch);
+            }
+        }
+        // Drain what is still queued so no caller waits forever.
+        while let Ok(msg) = self.inbox.try_recv() {
+            match msg {
+                Msg::Job(job) => job.complete(Err(&StoreError::Closed)),
+                Msg::Stop(tx) => {
+                    let _ = tx.send(());
+                }
+            }
+        }
+        if let Some(tx) = stop {
+            let _ = tx.send(());
+        }
+    }
+
+    fn commit_batch(&mut self, mut batch: Vec<Box<dyn Job>>) {
+        let size = batch.len() as u64;
+        self.counters.requests.fetch_add(size, Ordering::Relaxed);
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .largest_batch
+            .fetch_max(size, Ordering::Relaxed);
+        let mut events = Vec::new();
+        let outcome = Self::transact(&mut self.conn, &mut batch, &mut events, &self.counters);
+        match outcome {
+            Ok(()) => {
+                for job in batch {
+                    job.complete(Ok(()));
+                }
+                for event in events {
+                    let _ = self.bus.send(Arc::new(event));
+                }
+            }
+            Err(e) => {
+                log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
+                for job in batch {
+                    job.complete(Err(&e));
+                }
+            }
+        }
+    }
+
+    fn transact(
+        conn: &mut Connection,
+        batch: &mut [Box<dyn Job>],
+        events: &mut Vec<EventRecord>,
+        counters: &Counters,
+    ) -> Result<(), StoreError> {
+        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for job in batch.iter_mut() {
+            let savepoint = tx.savepoint()?;
+            let mut ctx = WriteCtx {
+                conn: &savepoint,
+                events: Vec::new(),
+            };
+            if job.run(&mut ctx) {
+                let published = std::mem::take(&mut ctx.events);
+                savepoint.commit()?;
+                events.extend(published);
+            } else {
+                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+                // Dropping the savepoint rolls back this request alone.
+                drop(savepoint);
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}

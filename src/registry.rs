@@ -1,0 +1,165 @@
+//! The registry: which `SessionActor` serves which session, on which arbiter, and the exact set of
+//! sessions with a turn in this process (`active()`).
+//!
+//! Lookups are on the hot path of every wake, so the map lives behind a mutex that handles read
+//! directly; starting, forgetting and replacing actors also happen under it, so a session never
+//! has two live actors. Supervision: an actor that stops (passivation, a panicked drain, an
+//! external stop) removes its own entry, guarded by its generation, and the next message for that
+//! session starts a fresh actor that reloads its state from the store. An actor whose drain
+//! panicked is replaced at once.
+
+pub(crate) mod sweep;
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use actix::prelude::*;
+
+use crate::core::Core;
+use crate::error::Error;
+use crate::id::SessionId;
+use crate::session::SessionActor;
+
+struct Entry {
+    addr: Addr<SessionActor>,
+    generation: u64,
+}
+
+/// Counters of what the registry did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RegistryStats {
+    /// Session actors currently live.
+    pub live: usize,
+    /// Session actors started since boot.
+    pub started: u64,
+    /// Session actors replaced after a panicked drain.
+    pub replaced: u64,
+}
+
+/// Live session actors and the `active()` set.
+pub(crate) struct Registry {
+    actors: Mutex<HashMap<SessionId, Entry>>,
+    active: Mutex<HashSet<SessionId>>,
+    arbiters: Vec<ArbiterHandle>,
+    next_arbiter: AtomicUsize,
+    next_generation: AtomicU64,
+    replaced: AtomicU64,
+    closed: AtomicBool,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic never happens while these locks are held; recover the data if one ever did.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Registry {
+    pub(crate) fn new(arbiters: Vec<ArbiterHandle>) -> Self {
+        Self {
+            actors: Mutex::new(HashMap::new()),
+            active: Mutex::new(HashSet::new()),
+            arbiters,
+            next_arbiter: AtomicUsize::new(0),
+            next_generation: AtomicU64::new(0),
+            replaced: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// The live actor of `id`, started on the next arbiter if there is none.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`] once the runtime is closing.
+    pub(crate) fn addr(&self, core: &Arc<Core>, id: &SessionId) -> Result<Addr<SessionActor>, Error> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::ShuttingDown);
+        }
+        let mut actors = lock(&self.actors);
+        if let Some(entry) = actors.get(id) {
+            if entry.addr.connected() {
+                return Ok(entry.addr.clone());
+            }
+        }
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let arbiter = &self.arbiters[self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len()];
+        let (core, session) = (core.clone(), id.clone());
+        let addr = SessionActor::start_in_arbiter(arbiter, move |_| {
+            SessionActor::new(core, session, generation)
+        });
+        actors.insert(
+            id.clone(),
+            Entry {
+                addr: addr.clone(),
+                generation,
+            },
+        );
+        Ok(addr)
+    }
+
+    /// Removes the entry of `id` if it still belongs to incarnation `generation`.
+    pub(crate) fn forget(&self, id: &SessionId, generation: u64, replaced: bool) {
+        let mut actors = lock(&self.actors);
+        if actors.get(id).is_some_and(|e| e.generation == generation) {
+            actors.remove(id);
+            if replaced {
+                self.replaced.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Removes the entry of `id` if it is `addr` (a send to it found the mailbox closed).
+    pub(crate) fn forget_addr(&self, id: &SessionId, addr: &Addr<SessionActor>) {
+        let mut actors = lock(&self.actors);
+        if actors.get(id).is_some_and(|e| &e.addr == addr) {
+            actors.remove(id);
+        }
+    }
+
+    /// The session has a turn in this process.
+    pub(crate) fn activate(&self, id: &SessionId) {
+        lock(&self.active).insert(id.clone());
+    }
+
+    /// The session's turns have all settled.
+    pub(crate) fn deactivate(&self, id: &SessionId) {
+        lock(&self.active).remove(id);
+    }
+
+    /// Sessions with a turn in this process (starting, draining, stopping or settling).
+    pub(crate) fn active(&self) -> BTreeSet<SessionId> {
+        lock(&self.active).iter().cloned().collect()
+    }
+
+    /// Whether `id` has a turn in this process.
+    pub(crate) fn is_active(&self, id: &SessionId) -> bool {
+        lock(&self.active).contains(id)
+    }
+
+    /// Stops handing out actors; returns the live ones so they can be closed.
+    pub(crate) fn close(&self) -> Vec<Addr<SessionActor>> {
+        self.closed.store(true, Ordering::Release);
+        lock(&self.actors).values().map(|e| e.addr.clone()).collect()
+    }
+
+    /// Whether `close` was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// A snapshot of the counters.
+    pub(crate) fn stats(&self) -> RegistryStats {
+        RegistryStats {
+            live: lock(&self.actors).len(),
+            started: self.next_generation.load(Ordering::Relaxed),
+            replaced: self.replaced.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! The restart sweep (`resume_suspended_sessions`, reference §3): resumes every turn a previous
+//! boot left claimed, counting each attempt durably, and terminalizes turns over budget.
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use crate::core::Core;
+use crate::error::Result;
+use crate::event::{kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
+use crate::execution::Execution;
+use crate::id::SessionId;
+use crate::store;
+
+/// What one sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SweepReport {
+    /// Child-session claims released (children are never resumed on their own).
+    pub children_released: usize,
+    /// Sessions whose turn was resumed with the restart notice.
+    pub resumed: Vec<SessionId>,
+    /// Sessions whose turn exhausted its resume budget and was recorded as `aborted`.
+    pub terminalized: Vec<SessionId>,
+}
+
+/// Runs the sweep in the order of reference §3. Returns once every resumed turn is registered
+/// (in `active()`), never waiting for a drain.
+pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepReport> {
+    let persistence = &core.persistence;
+    // (1) Children are never resumed on their own.
+    let children_released = persistence
+        .write(|w| store::release_child_claims(w.conn()))
+        .await?;
+    // (2) Snapshot what this process is already running.
+    let active = core.registry.active();
+    // (3) Claimed top-level sessions, made by an earlier boot, minus that snapshot.
+    let boot = core.boot.clone();
+    let orphans: Vec<SessionId> = persistence
+        .read(move |conn| store::list_suspended(conn, Some(&boot)))
+        .await?
+        .into_iter()
+        .filter(|id| !active.contains(id))
+        .collect();
+    if orphans.is_empty() {
+        return Ok(SweepReport {
+            children_released,
+            ..SweepReport::default()
+        });
+    }
+    // (4a) Count every attempt durably, in one batched transaction, before any notice or drain.
+    let counted: Vec<(SessionId, u32)> = persistence
+        .write(move |w| {
+            let mut counted = Vec::with_capacity(orphans.len());
+            for id in orphans {
+                if let Some(attempts) = store::count_resume(w.conn(), &id)? {
+                    counted.push((id, attempts));
+                }
+            }
+            Ok(counted)
+        })
+        .await?;
+    // (4b) Terminalize the turns over budget; publish the continue notice for the rest.
+    let max = core.config.max_resume_attempts;
+    let (resumed, terminalized) = persistence
+        .write(move |w| {
+            let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
+            for (id, attempts) in counted {
+                if attempts > max {
+                    let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
+                    w.publish(&id, kind::EXECUTION_FAILED, &error)?;
+                    terminalized.push(id);
+                } else {
+                    let notice = json!({
+                        "sessionID": id,
+                        "text": RESTART_NOTICE_TEXT,
+                        "description": RESTART_NOTICE_DESCRIPTION,
+                    });
+                    w.publish(&id, kind::SYNTHETIC, &notice)?;
+                    resumed.push(id);
+                }
+            }
+            Ok((resumed, terminalized))
+        })
+        .await?;
+    // (4c) Start every resume concurrently; wait only for registration, never for drains.
+    let execution = Execution { core: core.clone() };
+    let registrations = resumed.iter().map(|id| {
+        let execution = execution.clone();
+        async move {
+            match execution.start_resume(id).await {
+                Ok(_outcome) => {}
+                Err(e) => log::error!("sweep: could not resume session {id}: {e}"),
+            }
+        }
+    });
+    futures::future::join_all(registrations).await;
+    Ok(SweepReport {
+        children_released,
+        resumed,
+        terminalized,
+    })
+}

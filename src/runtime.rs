@@ -1,0 +1,299 @@
+//! [`Runtime`] and [`RuntimeBuilder`]: open the store, start the actors, run the restart sweep.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Arbiter;
+use tokio::sync::broadcast;
+
+use crate::config::RuntimeConfig;
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::event::EventRecord;
+use crate::execution::Execution;
+use crate::persistence::{Persistence, PersistenceStats};
+use crate::registry::sweep::{self, SweepReport};
+use crate::registry::{Registry, RegistryStats};
+use crate::runner::Runner;
+use crate::service::Sessions;
+use crate::store::{self, pool::Synchronous, StoreConfig};
+
+/// Configures and starts a [`Runtime`].
+pub struct RuntimeBuilder {
+    config: RuntimeConfig,
+    runner: Option<Arc<dyn Runner>>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeBuilder {
+    /// The SQLite file (created when missing). Default `./durable-sessions.db`.
+    pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.database = path.into();
+        self
+    }
+
+    /// The runner that does the work of every turn (required).
+    pub fn runner<R: Runner>(mut self, runner: R) -> Self {
+        self.runner = Some(Arc::new(runner));
+        self
+    }
+
+    /// The runner, already shared.
+    pub fn runner_arc(mut self, runner: Arc<dyn Runner>) -> Self {
+        self.runner = Some(runner);
+        self
+    }
+
+    /// Restart-resumes a claimed turn gets before it is terminalized as `aborted`. Default 10.
+    pub fn max_resume_attempts(mut self, attempts: u32) -> Self {
+        self.config.max_resume_attempts = attempts;
+        self
+    }
+
+    /// How long an idle session actor lives before it is stopped. Default 60 s.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.config.idle_timeout = timeout;
+        self
+    }
+
+    /// SQLite `synchronous`. Default [`Synchronous::Full`].
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.config.synchronous = synchronous;
+        self
+    }
+
+    /// Arbiters (threads) for session actors. Default: one per core.
+    pub fn arbiters(mut self, n: usize) -> Self {
+        self.config.arbiters = n;
+        self
+    }
+
+    /// Whether `start` runs the restart sweep. Default true.
+    pub fn sweep_on_start(mut self, sweep: bool) -> Self {
+        self.config.sweep_on_start = sweep;
+        self
+    }
+
+    /// How long `shutdown` waits for running turns to record their interruption. Default 5 s.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.config.shutdown_grace = grace;
+        self
+    }
+
+    /// SQLite `busy_timeout`. Default 5 s.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.config.busy_timeout = timeout;
+        self
+    }
+
+    /// The largest accepted prompt in bytes of JSON. Default 1 MiB.
+    pub fn max_prompt_bytes(mut self, bytes: usize) -> Self {
+        self.config.max_prompt_bytes = bytes;
+        self
+    }
+
+    /// Batch writes of many sessions into one transaction. Default true.
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.config.group_commit = on;
+        self
+    }
+
+    /// Replaces the whole configuration.
+    pub fn config(mut self, config: RuntimeConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Opens (and migrates) the database, starts the Persistence actor, the arbiters and the
+    /// registry, and — unless disabled — runs the restart sweep. Must run inside an actix
+    /// `System`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a bad configuration or a missing runner; [`Error::Store`] when the
+    /// database cannot be opened, is corrupt or is newer than this crate.
+    pub async fn start(self) -> Result<Runtime> {
+        let config = self.config;
+        config.validate()?;
+        let runner = self
+            .runner
+            .ok_or_else(|| Error::Config("a runner is required".into()))?;
+        let store_config = StoreConfig {
+            path: config.database.clone(),
+            synchronous: config.synchronous,
+            busy_timeout: config.busy_timeout,
+            pool_size: config.pool_size,
+        };
+        let pool = store::open(&store_config)?;
+        let writer = store::open_connection(&store_config)?;
+        let persistence =
+            Persistence::start(pool, writer, config.group_commit, config.bus_capacity)?;
+        let arbiters: Vec<Arbiter> = (0..config.arbiters).map(|_| Arbiter::new()).collect();
+        let registry = Registry::new(arbiters.iter().map(Arbiter::handle).collect());
+        let core = Arc::new(Core {
+            persistence,
+            runner,
+            boot: uuid::Uuid::now_v7().simple().to_string(),
+            config,
+            registry,
+        });
+        let runtime = Runtime {
+            core,
+            arbiters: Arc::new(arbiters),
+        };
+        if runtime.core.config.sweep_on_start {
+            let report = runtime.resume_suspended_sessions().await?;
+            log::info!(
+                "restart sweep: {} resumed, {} terminalized, {} child claims released",
+                report.resumed.len(),
+                report.terminalized.len(),
+                report.children_released
+            );
+        }
+        Ok(runtime)
+    }
+}
+
+/// A running runtime: the handles to sessions and executions. Cheap to clone.
+#[derive(Clone)]
+pub struct Runtime {
+    core: Arc<Core>,
+    arbiters: Arc<Vec<Arbiter>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("boot", &self.core.boot)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A snapshot of what the runtime is doing, for `/stats` and benchmarks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct RuntimeStats {
+    /// The Persistence actor's counters.
+    pub persistence: PersistenceStats,
+    /// The registry's counters.
+    pub registry: RegistryStats,
+    /// Sessions with a turn in this process.
+    pub active: usize,
+}
+
+impl Runtime {
+    /// A builder with the documented defaults.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            config: RuntimeConfig::default(),
+            runner: None,
+        }
+    }
+
+    /// The session service.
+    pub fn sessions(&self) -> Sessions {
+        Sessions::new(self.core.clone())
+    }
+
+    /// The execution handle.
+    pub fn execution(&self) -> Execution {
+        Execution {
+            core: self.core.clone(),
+        }
+    }
+
+    /// The configuration the runtime runs with.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.core.config
+    }
+
+    /// This boot's id (recorded with every claim it makes).
+    pub fn boot_id(&self) -> &str {
+        &self.core.boot
+    }
+
+    /// Resumes every turn an earlier boot left claimed (reference §3); see [`SweepReport`].
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the sweep's writes fail (a retry is safe: counts already committed
+    /// stay, and a turn is resumed at most once per sweep).
+    pub async fn resume_suspended_sessions(&self) -> Result<SweepReport> {
+        sweep::resume_suspended_sessions(&self.core).await
+    }
+
+    /// A live stream of every event committed from now on.
+    pub fn subscribe(&self) -> EventStream {
+        EventStream {
+            receiver: self.core.persistence.subscribe(),
+        }
+    }
+
+    /// Counters of the runtime's actors.
+    pub fn stats(&self) -> RuntimeStats {
+        RuntimeStats {
+            persistence: self.core.persistence.stats(),
+            registry: self.core.registry.stats(),
+            active: self.core.registry.active().len(),
+        }
+    }
+
+    /// Graceful stop: refuses new work, cancels every running drain with reason `shutdown`
+    /// (recording `interrupted{shutdown}` best-effort and **keeping every claim and attempt
+    /// counter** so the next boot resumes those turns), waits at most the configured grace
+    /// period, then stops the arbiters and the Persistence actor.
+    pub async fn shutdown(&self) {
+        let actors = self.core.registry.close();
+        for addr in actors {
+            addr.do_send(crate::session::messages::Close);
+        }
+        let deadline = Instant::now() + self.core.config.shutdown_grace;
+        while !self.core.registry.active().is_empty() && Instant::now() < deadline {
+            actix_rt::time::sleep(Duration::from_millis(2)).await;
+        }
+        for arbiter in self.arbiters.iter() {
+            arbiter.stop();
+        }
+        self.core.persistence.stop().await;
+    }
+}
+
+/// A live stream of committed events (see [`Runtime::subscribe`]).
+#[derive(Debug)]
+pub struct EventStream {
+    receiver: broadcast::Receiver<Arc<EventRecord>>,
+}
+
+/// Why [`EventStream::recv`] returned no event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecvError {
+    /// The subscriber fell behind and `missed` events were dropped for it; it can catch up by
+    /// replaying each session's log from the last seq it saw.
+    #[error("subscriber lagged behind and missed {missed} events")]
+    Lagged {
+        /// How many events were skipped.
+        missed: u64,
+    },
+    /// The runtime stopped.
+    #[error("the runtime stopped")]
+    Closed,
+}
+
+impl EventStream {
+    /// The next committed event.
+    ///
+    /// # Errors
+    /// [`RecvError::Lagged`] when events were dropped for this slow subscriber (the stream goes
+    /// on with newer ones); [`RecvError::Closed`] when the runtime stopped.
+    pub async fn recv(&mut self) -> std::result::Result<Arc<EventRecord>, RecvError> {
+        self.receiver.recv().await.map_err(|e| match e {
+            broadcast::error::RecvError::Lagged(missed) => RecvError::Lagged { missed },
+            broadcast::error::RecvError::Closed => RecvError::Closed,
+        })
+    }
+}

@@ -1,0 +1,143 @@
+//! [`Sessions`]: the session service applications call.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::core::Core;
+use crate::error::{Error, Result};
+use crate::id::SessionId;
+use crate::model::SessionInfo;
+use crate::store;
+
+/// What [`Sessions::create`] takes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CreateSession {
+    /// The id; generated when absent. Creating an existing id returns the stored session.
+    pub id: Option<SessionId>,
+    /// The parent session (a child session is never resumed on its own).
+    pub parent_id: Option<SessionId>,
+    /// The title; default `New session - <RFC 3339 time>`.
+    pub title: Option<String>,
+    /// The working directory the session belongs to.
+    pub directory: String,
+    /// The agent name.
+    pub agent: Option<String>,
+    /// The model, as JSON.
+    pub model: Option<serde_json::Value>,
+}
+
+/// The session service: create, list, prompt, read transcripts and event streams. Cheap to clone.
+#[derive(Clone)]
+pub struct Sessions {
+    pub(crate) core: Arc<Core>,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions").finish_non_exhaustive()
+    }
+}
+
+/// Formats epoch milliseconds as RFC 3339 UTC (`2026-11-30T12:00:00.000Z`).
+pub(crate) fn rfc3339(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (h, m, s) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!("{y:04}-{mo:02}-{d:02}T{h:02}:{m:02}:{s:02}.{millis:03}Z")
+}
+
+impl Sessions {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+
+    /// Creates a session, idempotently by id: an existing id returns the stored session
+    /// unchanged, and concurrent creates of one id yield one row and the same answer.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when `parent_id` names no session; [`Error::InvalidInput`] for a bad
+    /// title or directory; [`Error::Store`] when the write fails.
+    pub async fn create(&self, input: CreateSession) -> Result<SessionInfo> {
+        if input.title.as_ref().is_some_and(|t| t.len() > 1024) {
+            return Err(Error::invalid("title", "longer than 1024 bytes"));
+        }
+        if input.directory.len() > 4096 || input.directory.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "directory",
+                "longer than 4096 bytes or contains control characters",
+            ));
+        }
+        let now = store::now_ms();
+        let id = input.id.unwrap_or_else(SessionId::generate);
+        let info = SessionInfo {
+            id: id.clone(),
+            parent_id: input.parent_id,
+            title: input
+                .title
+                .unwrap_or_else(|| format!("New session - {}", rfc3339(now))),
+            directory: input.directory,
+            agent: input.agent,
+            model: input.model,
+            metadata: None,
+            time_created: now,
+            time_updated: now,
+            time_suspended: None,
+            resume_attempts: 0,
+        };
+        let created = self
+            .core
+            .persistence
+            .write(move |w| {
+                if let Some(parent) = &info.parent_id {
+                    if store::get_session(w.conn(), &info.id)?.is_none()
+                        && !store::session_exists(w.conn(), parent)?
+                    {
+                        return Ok(Err(parent.clone()));
+                    }
+                }
+                let (stored, _) = store::create_session(w.conn(), &info)?;
+                Ok(Ok(stored))
+            })
+            .await?;
+        created.map_err(|parent| Error::NotFound { session_id: parent })
+    }
+
+    /// The stored session.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when there is none.
+    pub async fn get(&self, id: &SessionId) -> Result<SessionInfo> {
+        let key = id.clone();
+        self.core
+            .persistence
+            .read(move |conn| store::get_session(conn, &key))
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                session_id: id.clone(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn formats_rfc3339() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_040_000_123), "2026-11-30T12:00:00.123Z");
+    }
+}

@@ -1,0 +1,50 @@
+//! The messages a `SessionActor` handles. Replies travel in oneshot channels carried by the
+//! message, so a caller can first wait for delivery (the turn is registered) and then, separately,
+//! for the outcome.
+
+use actix::Message;
+use futures::channel::oneshot;
+
+use crate::error::Error;
+use crate::runner::{InterruptReason, Terminal};
+
+/// An advisory wake, fenced by the admission seq that caused it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Wake {
+    /// The admission seq, if any.
+    pub(crate) seq: Option<u64>,
+}
+
+/// An explicit resume: start a turn or join the running one.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Resume {
+    /// Receives how the joined turn ended.
+    pub(crate) reply: oneshot::Sender<Result<Terminal, Error>>,
+}
+
+/// Interrupt the running turn.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Interrupt {
+    /// The interrupt fence (seq of `session.interrupt.requested`), if any.
+    pub(crate) seq: Option<u64>,
+    /// Why.
+    pub(crate) reason: InterruptReason,
+    /// Receives whether a running turn was interrupted, after its cleanup committed.
+    pub(crate) reply: oneshot::Sender<bool>,
+}
+
+/// Wait until no turn runs.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct AwaitIdle {
+    /// Answered when idle.
+    pub(crate) reply: oneshot::Sender<()>,
+}
+
+/// Graceful shutdown: cancel the running drain (reason shutdown, claim kept), start nothing new.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Close;

@@ -1,0 +1,313 @@
+//! Test support for users' own message-driven integration tests: a [`ScriptedRunner`] whose
+//! drains complete, block until released, never end, fail or panic, per session and in order;
+//! and helpers that read claims, attempts and events straight from the database file.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use tokio::sync::{watch, Notify};
+
+use crate::error::StoreError;
+use crate::event::EventRecord;
+use crate::id::SessionId;
+use crate::model::ClaimState;
+use crate::runner::{RunError, Runner};
+use crate::store;
+use crate::turn::Turn;
+
+/// A custom drain body.
+pub type DrainFn = Arc<dyn Fn(Turn) -> LocalBoxFuture<'static, Result<(), RunError>> + Send + Sync>;
+
+/// What one drain does.
+#[derive(Clone)]
+pub enum Script {
+    /// Returns `Ok(())` at once.
+    Complete,
+    /// Never ends (until cancelled).
+    Never,
+    /// Waits until the gate is released, then returns `Ok(())`.
+    Gate(Gate),
+    /// Fails with the error the function builds.
+    Fail(Arc<dyn Fn() -> RunError + Send + Sync>),
+    /// Panics with this message.
+    Panic(String),
+    /// Runs a custom body.
+    Custom(DrainFn),
+}
+
+impl std::fmt::Debug for Script {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Script::Complete => "Complete",
+            Script::Never => "Never",
+            Script::Gate(_) => "Gate",
+            Script::Fail(_) => "Fail",
+            Script::Panic(_) => "Panic",
+            Script::Custom(_) => "Custom",
+        })
+    }
+}
+
+impl Script {
+    /// A drain failing with `error()`.
+    pub fn fail(error: impl Fn() -> RunError + Send + Sync + 'static) -> Self {
+        Script::Fail(Arc::new(error))
+    }
+
+    /// A drain running `body`.
+    pub fn custom<F, Fut>(body: F) -> Self
+    where
+        F: Fn(Turn) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<(), RunError>> + 'static,
+    {
+        Script::Custom(Arc::new(move |turn| body(turn).boxed_local()))
+    }
+}
+
+/// A gate drains wait on until [`Gate::release`] is called (once, for every waiter).
+#[derive(Debug, Clone)]
+pub struct Gate {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Self {
+        Self {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Opens the gate.
+    pub fn release(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// Waits until the gate is open.
+    pub async fn wait(&self) {
+        let mut rx = self.tx.subscribe();
+        let _ = rx.wait_for(|open| *open).await;
+    }
+}
+
+/// One drain the scripted runner started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrainRecord {
+    /// The session drained.
+    pub session_id: SessionId,
+    /// Whether it was forced (explicit resume).
+    pub forced: bool,
+    /// The admission seq that woke it.
+    pub wake_seq: Option<u64>,
+}
+
+#[derive(Default)]
+struct State {
+    scripts: HashMap<SessionId, VecDeque<Script>>,
+    defaults: HashMap<SessionId, Script>,
+    drains: Vec<DrainRecord>,
+}
+
+/// A [`Runner`] driven by per-session scripts; records every drain it starts.
+#[derive(Clone, Default)]
+pub struct ScriptedRunner {
+    state: Arc<Mutex<State>>,
+    started: Arc<Notify>,
+}
+
+impl std::fmt::Debug for ScriptedRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedRunner")
+            .field("drains", &self.lock().drains.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScriptedRunner {
+    /// A runner whose drains complete at once unless scripted otherwise.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues `script` for the next unscripted drain of `session`.
+    pub fn push(&self, session: &SessionId, script: Script) {
+        self.lock()
+            .scripts
+            .entry(session.clone())
+            .or_default()
+            .push_back(script);
+    }
+
+    /// What every drain of `session` does once its queued scripts ran out (default `Complete`).
+    pub fn set_default(&self, session: &SessionId, script: Script) {
+        self.lock().defaults.insert(session.clone(), script);
+    }
+
+    /// Every drain started so far, in order.
+    pub fn drains(&self) -> Vec<DrainRecord> {
+        self.lock().drains.clone()
+    }
+
+    /// The drains of `session`.
+    pub fn drains_of(&self, session: &SessionId) -> Vec<DrainRecord> {
+        self.lock()
+            .drains
+            .iter()
+            .filter(|d| &d.session_id == session)
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until at least `n` drains have started in total.
+    ///
+    /// # Panics
+    /// After `timeout`, naming how many drains started.
+    pub async fn wait_for_drains(&self, n: usize, timeout: Duration) {
+        self.wait_until(timeout, |s| s.drains.len() >= n, &format!("{n} drains"))
+            .await;
+    }
+
+    /// Waits until `session` has had at least `n` drains.
+    ///
+    /// # Panics
+    /// After `timeout`.
+    pub async fn wait_for_drains_of(&self, session: &SessionId, n: usize, timeout: Duration) {
+        let what = format!("{n} drains of {session}");
+        self.wait_until(
+            timeout,
+            |s| s.drains.iter().filter(|d| &d.session_id == session).count() >= n,
+            &what,
+        )
+        .await;
+    }
+
+    async fn wait_until(&self, timeout: Duration, done: impl Fn(&State) -> bool, what: &str) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.started.notified();
+            if done(&self.lock()) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                let seen = self.lock().drains.len();
+                panic!("timed out waiting for {what} ({seen} drains started)");
+            }
+        }
+    }
+}
+
+impl Runner for ScriptedRunner {
+    fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
+        let script = {
+            let mut state = self.lock();
+            state.drains.push(DrainRecord {
+                session_id: turn.session_id().clone(),
+                forced: turn.is_forced(),
+                wake_seq: turn.wake_seq(),
+            });
+            let id = turn.session_id().clone();
+            let next = state.scripts.get_mut(&id).and_then(VecDeque::pop_front);
+            next.or_else(|| state.defaults.get(&id).cloned())
+                .unwrap_or(Script::Complete)
+        };
+        self.started.notify_waiters();
+        match script {
+            Script::Complete => async { Ok(()) }.boxed_local(),
+            Script::Never => futures::future::pending().boxed_local(),
+            Script::Gate(gate) => async move {
+                gate.wait().await;
+                Ok(())
+            }
+            .boxed_local(),
+            Script::Fail(error) => async move { Err(error()) }.boxed_local(),
+            Script::Panic(message) => async move { panic!("{message}") }.boxed_local(),
+            Script::Custom(body) => body(turn),
+        }
+    }
+}
+
+fn open(path: &Path) -> Result<rusqlite::Connection, StoreError> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    Ok(conn)
+}
+
+/// The claim columns of `session` in the database at `path` (`None` when the row is missing).
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn claim_state(path: &Path, session: &SessionId) -> Result<Option<ClaimState>, StoreError> {
+    store::claim_state(&open(path)?, session)
+}
+
+/// Whether `session` holds a claim (`time_suspended IS NOT NULL`).
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn is_claimed(path: &Path, session: &SessionId) -> Result<bool, StoreError> {
+    Ok(claim_state(path, session)?.is_some_and(|c| c.time_suspended.is_some()))
+}
+
+/// `resume_attempts` of `session` (0 when the row is missing).
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn resume_attempts(path: &Path, session: &SessionId) -> Result<u32, StoreError> {
+    Ok(claim_state(path, session)?.map_or(0, |c| c.resume_attempts))
+}
+
+/// Every stored event of `session`, in seq order.
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn events(path: &Path, session: &SessionId) -> Result<Vec<EventRecord>, StoreError> {
+    store::events_after(&open(path)?, session, None, usize::MAX)
+}
+
+/// Every stored event of `session` with wire name `kind`, in seq order.
+///
+/// # Errors
+/// When the file cannot be read.
+pub fn events_of_kind(
+    path: &Path,
+    session: &SessionId,
+    kind: &str,
+) -> Result<Vec<EventRecord>, StoreError> {
+    Ok(events(path, session)?
+        .into_iter()
+        .filter(|e| e.kind == kind)
+        .collect())
+}
+
+/// Marks `session` claimed by an earlier boot with `attempts` resume attempts, as a crashed
+/// process would have left it (for sweep tests).
+///
+/// # Errors
+/// When the file cannot be written or the session is missing.
+pub fn seed_claim(path: &Path, session: &SessionId, attempts: u32) -> Result<(), StoreError> {
+    let conn = open(path)?;
+    let changed = conn.execute(
+        "UPDATE session SET time_suspended = ?2, resume_attempts = ?3, claim_boot = 'seeded' WHERE id = ?1",
+        rusqlite::params![session.as_str(), store::now_ms(), attempts],
+    )?;
+    if changed == 0 {
+        return Err(StoreError::Inconsistent(format!("no session {session}")));
+    }
+    Ok(())
+}
