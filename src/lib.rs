@@ -30,27 +30,32 @@ pub(crate) mod registry;
 pub mod runner;
 pub mod runtime;
 pub mod service;
-pub mod testing;
 pub(crate) mod session;
 pub(crate) mod store;
+pub mod testing;
 pub mod turn;
 
 pub use config::RuntimeConfig;
 pub use error::{Error, Result, StoreError};
-pub use execution::Execution;
-pub use persistence::PersistenceStats;
-pub use registry::sweep::SweepReport;
-pub use registry::RegistryStats;
-pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
-pub use service::{CreateSession, Sessions};
 pub use event::EventRecord;
+pub use execution::Execution;
 pub use id::{MessageId, SessionId};
 pub use model::{
     Admission, Anchor, ClaimState, Cursor, Delivery, Direction, ListQuery, Message, MessagesQuery,
     Order, ParentFilter, SessionInfo,
 };
+pub use persistence::PersistenceStats;
+pub use registry::sweep::SweepReport;
+pub use registry::RegistryStats;
 pub use runner::{
     terminal, Exit, InterruptReason, ProviderErrorKind, RunError, Runner, SessionError, Terminal,
 };
+pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
+pub use service::{CreateSession, Sessions};
 pub use store::pool::Synchronous;
 pub use turn::Turn;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

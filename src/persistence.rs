@@ -345,3 +345,6 @@ impl WriterActor {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

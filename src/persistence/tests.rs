@@ -1,0 +1,171 @@
+//! Group commit: batching, reply-after-commit, and per-request rollback.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use rusqlite::Connection;
+
+use super::Persistence;
+use crate::error::StoreError;
+use crate::store::{self, StoreConfig};
+
+fn start(dir: &tempfile::TempDir) -> (Persistence, std::path::PathBuf) {
+    let path = dir.path().join("p.db");
+    let cfg = StoreConfig::new(&path);
+    let pool = store::open(&cfg).expect("open pool");
+    let writer = store::open_connection(&cfg).expect("open writer");
+    let persistence = Persistence::start(pool, writer, true, 1024).expect("start");
+    persistence
+        .write_blocking_for_tests("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        .expect("create table");
+    (persistence, path)
+}
+
+impl Persistence {
+    fn write_blocking_for_tests(&self, sql: &str) -> Result<(), StoreError> {
+        let conn = self.pool.get()?;
+        conn.execute_batch(sql)?;
+        Ok(())
+    }
+}
+
+fn row_exists(path: &std::path::Path, k: i64) -> bool {
+    let conn = Connection::open(path).expect("second connection");
+    conn.query_row("SELECT count(*) FROM t WHERE k = ?1", [k], |r| {
+        r.get::<_, i64>(0)
+    })
+    .expect("query")
+        == 1
+}
+
+/// 200 concurrent writes commit in far fewer transactions than requests, and every reply
+/// arrives only after its row is readable from a second connection.
+#[actix_rt::test]
+async fn concurrent_writes_are_group_committed_and_replied_after_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, path) = start(&dir);
+    let before = persistence.stats();
+    // The first write holds the writer for a moment, so the other 199 queue up behind it.
+    let slow = persistence.write(|w| {
+        std::thread::sleep(Duration::from_millis(100));
+        w.conn()
+            .execute("INSERT INTO t (k, v) VALUES (-1, 'slow')", [])?;
+        Ok(())
+    });
+    let writes = (0..199i64).map(|k| {
+        let persistence = persistence.clone();
+        let path = path.clone();
+        async move {
+            persistence
+                .write(move |w| {
+                    w.conn()
+                        .execute("INSERT INTO t (k, v) VALUES (?1, 'x')", [k])?;
+                    Ok(k)
+                })
+                .await
+                .expect("write");
+            assert!(row_exists(&path, k), "reply for {k} came before its commit");
+        }
+    });
+    let (slow, _) = futures::join!(slow, join_all(writes));
+    slow.unwrap();
+    assert!(row_exists(&path, -1));
+    let after = persistence.stats();
+    let requests = after.requests - before.requests;
+    let transactions = after.transactions - before.transactions;
+    println!(
+        "group commit: {requests} requests in {transactions} transactions, largest batch {}",
+        after.largest_batch
+    );
+    assert_eq!(requests, 199 + 1);
+    assert!(
+        transactions <= 5,
+        "200 requests took {transactions} transactions"
+    );
+    assert!(
+        after.largest_batch >= 100,
+        "largest batch {}",
+        after.largest_batch
+    );
+}
+
+/// A request that fails inside a batch is rolled back alone; the others commit.
+#[actix_rt::test]
+async fn one_failing_request_in_a_batch_fails_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, path) = start(&dir);
+    let slow = persistence.write(|w| {
+        std::thread::sleep(Duration::from_millis(50));
+        w.conn()
+            .execute("INSERT INTO t (k, v) VALUES (-1, 'slow')", [])?;
+        Ok(())
+    });
+    let writes = (0..20i64).map(|k| {
+        let persistence = persistence.clone();
+        async move {
+            persistence
+                .write(move |w| {
+                    w.conn()
+                        .execute("INSERT INTO t (k, v) VALUES (?1, 'x')", [k])?;
+                    if k == 7 {
+                        return Err(StoreError::Conflict("deliberate".into()));
+                    }
+                    Ok(())
+                })
+                .await
+        }
+    });
+    let (slow, results) = futures::join!(slow, join_all(writes));
+    slow.unwrap();
+    for (k, result) in results.into_iter().enumerate() {
+        let k = k as i64;
+        if k == 7 {
+            assert!(matches!(result, Err(StoreError::Conflict(_))));
+            assert!(!row_exists(&path, k), "the failed request's row was kept");
+        } else {
+            result.unwrap();
+            assert!(row_exists(&path, k));
+        }
+    }
+    assert_eq!(persistence.stats().failed_requests, 1);
+}
+
+/// Events published by a request reach subscribers only after COMMIT, and a rolled-back
+/// request's events never do.
+#[actix_rt::test]
+async fn live_subscribers_see_only_committed_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, _path) = start(&dir);
+    let mut bus = persistence.subscribe();
+    let session = crate::id::SessionId::new("s").unwrap();
+    let failing = session.clone();
+    let rolled_back = persistence
+        .write(move |w| {
+            w.publish(&failing, "test.rolled-back", &serde_json::json!({}))?;
+            Err::<(), _>(StoreError::Conflict("no".into()))
+        })
+        .await;
+    assert!(rolled_back.is_err());
+    let ok = session.clone();
+    let record = persistence
+        .write(move |w| w.publish(&ok, "test.kept", &serde_json::json!({"n": 1})))
+        .await
+        .unwrap();
+    assert_eq!(
+        record.seq, 0,
+        "the rolled-back event must not consume a seq"
+    );
+    let seen = bus.recv().await.unwrap();
+    assert_eq!(seen.kind, "test.kept");
+    assert!(bus.try_recv().is_err());
+}
+
+/// After `stop`, writes fail with `Closed` instead of hanging.
+#[actix_rt::test]
+async fn writes_after_stop_fail_with_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, _path) = start(&dir);
+    persistence.stop().await;
+    let result = persistence.write(|_| Ok(())).await;
+    assert!(matches!(result, Err(StoreError::Closed)));
+}
