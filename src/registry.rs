@@ -78,7 +78,11 @@ impl Registry {
     ///
     /// # Errors
     /// [`Error::ShuttingDown`] once the runtime is closing.
-    pub(crate) fn addr(&self, core: &Arc<Core>, id: &SessionId) -> Result<Addr<SessionActor>, Error> {
+    pub(crate) fn addr(
+        &self,
+        core: &Arc<Core>,
+        id: &SessionId,
+    ) -> Result<Addr<SessionActor>, Error> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
@@ -89,7 +93,8 @@ impl Registry {
             }
         }
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
-        let arbiter = &self.arbiters[self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len()];
+        let arbiter =
+            &self.arbiters[self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len()];
         let (core, session) = (core.clone(), id.clone());
         let addr = SessionActor::start_in_arbiter(arbiter, move |_| {
             SessionActor::new(core, session, generation)
@@ -146,7 +151,10 @@ impl Registry {
     /// Stops handing out actors; returns the live ones so they can be closed.
     pub(crate) fn close(&self) -> Vec<Addr<SessionActor>> {
         self.closed.store(true, Ordering::Release);
-        lock(&self.actors).values().map(|e| e.addr.clone()).collect()
+        lock(&self.actors)
+            .values()
+            .map(|e| e.addr.clone())
+            .collect()
     }
 
     /// Whether `close` was called.

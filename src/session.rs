@@ -144,7 +144,10 @@ impl SessionActor {
                 }
                 Effect::Settle { terminal } => self.settle_hook(terminal, ctx),
                 Effect::ReportFailure { terminal } => {
-                    log::warn!("session {}: advisory turn ended badly: {terminal:?}", self.id);
+                    log::warn!(
+                        "session {}: advisory turn ended badly: {terminal:?}",
+                        self.id
+                    );
                 }
                 Effect::AnswerRun(reply, answer) => {
                     let _ = reply.send(answer.map_err(|e| Error::Store(e.duplicate())));

@@ -105,12 +105,12 @@ impl Turn {
             .core
             .persistence
             .write(move |w| {
-                Ok(
-                    store::promote_queue(w.conn(), &id, store::now_ms())?.map(|(admission, event)| {
+                Ok(store::promote_queue(w.conn(), &id, store::now_ms())?.map(
+                    |(admission, event)| {
                         w.record(event);
                         admission
-                    }),
-                )
+                    },
+                ))
             })
             .await?;
         Ok(promoted)

@@ -76,10 +76,20 @@ fn maps_every_provider_reason_to_its_error_type() {
     ];
     for (kind, ty) in ProviderErrorKind::ALL.into_iter().zip(expected) {
         let t = terminal(&Exit::Failure(RunError::provider(kind, "m")), None);
-        assert_eq!(t, Terminal::Failed { error: SessionError::new(ty, "m") });
+        assert_eq!(
+            t,
+            Terminal::Failed {
+                error: SessionError::new(ty, "m")
+            }
+        );
     }
     let other = terminal(&Exit::Failure(RunError::Other("boom".into())), None);
-    assert_eq!(other, Terminal::Failed { error: SessionError::new("unknown", "boom") });
+    assert_eq!(
+        other,
+        Terminal::Failed {
+            error: SessionError::new("unknown", "boom")
+        }
+    );
 }
 
 /// `list_suspended` sees only the claimed parent; releasing child claims clears only the child.
@@ -234,7 +244,12 @@ async fn resumes_each_claimed_session_at_most_once() {
     assert!(again.resumed.is_empty());
     assert_eq!(runner.drains().len(), 2);
     for id in [&first, &second] {
-        assert_eq!(testing::events_of_kind(&db.path, id, kind::SYNTHETIC).unwrap().len(), 1);
+        assert_eq!(
+            testing::events_of_kind(&db.path, id, kind::SYNTHETIC)
+                .unwrap()
+                .len(),
+            1
+        );
     }
     runtime.shutdown().await;
 }
@@ -257,7 +272,10 @@ async fn terminalizes_a_turn_that_exhausts_its_resume_budget_instead_of_crash_lo
     assert_eq!(report.terminalized, vec![s.clone()]);
     assert!(runner.drains().is_empty());
     let failed = testing::events_of_kind(&db.path, &s, kind::EXECUTION_FAILED).unwrap();
-    let types: Vec<_> = failed.iter().map(|e| e.data["error"]["type"].clone()).collect();
+    let types: Vec<_> = failed
+        .iter()
+        .map(|e| e.data["error"]["type"].clone())
+        .collect();
     assert_eq!(types, vec![json!("aborted")]);
     assert!(!testing::is_claimed(&db.path, &s).unwrap());
     assert_eq!(testing::resume_attempts(&db.path, &s).unwrap(), 0);
@@ -302,9 +320,14 @@ async fn the_sweep_leaves_sessions_already_draining_in_this_process_untouched() 
 
     let report = runtime.resume_suspended_sessions().await.unwrap();
     assert!(report.resumed.is_empty());
-    assert!(testing::events_of_kind(&db.path, &s, kind::SYNTHETIC).unwrap().is_empty());
+    assert!(testing::events_of_kind(&db.path, &s, kind::SYNTHETIC)
+        .unwrap()
+        .is_empty());
     assert_eq!(testing::resume_attempts(&db.path, &s).unwrap(), 0);
     assert!(testing::is_claimed(&db.path, &s).unwrap());
-    wait_for("the turn to stay active", || execution.active().contains(&s)).await;
+    wait_for("the turn to stay active", || {
+        execution.active().contains(&s)
+    })
+    .await;
     runtime.shutdown().await;
 }

@@ -66,7 +66,8 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
             let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
             for (id, attempts) in counted {
                 if attempts > max {
-                    let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
+                    let error =
+                        json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
                     w.publish(&id, kind::EXECUTION_FAILED, &error)?;
                     terminalized.push(id);
                 } else {

@@ -63,7 +63,10 @@ pub async fn create(runtime: &Runtime, id: &str, parent: Option<&SessionId>) -> 
 pub async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + WAIT;
     while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         actix_rt::time::sleep(Duration::from_millis(2)).await;
     }
 }
