@@ -1,0 +1,217 @@
+//! Claim bookkeeping on `session`: claim, release, resume counting and the restart sweep's reads.
+//!
+//! None of these writes touch `time_updated`: a claim is execution state, not a session change.
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::{session_id, StoreError};
+use crate::id::SessionId;
+use crate::model::ClaimState;
+
+/// Claims `id` for a turn started by process boot `boot`. The first claim's time and the attempt
+/// count survive a second claim; `claim_boot` is always updated. Returns whether the row exists.
+pub(crate) fn claim(
+    conn: &Connection,
+    id: &SessionId,
+    now: i64,
+    boot: &str,
+) -> Result<bool, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), claim_boot = ?3 \
+         WHERE id = ?1",
+    )?;
+    Ok(stmt.execute(rusqlite::params![id.as_str(), now, boot])? > 0)
+}
+
+/// Releases the claim on `id` and resets its resume attempts. Returns whether the row exists.
+pub(crate) fn release(conn: &Connection, id: &SessionId) -> Result<bool, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL \
+         WHERE id = ?1",
+    )?;
+    Ok(stmt.execute([id.as_str()])? > 0)
+}
+
+/// Counts one resume attempt of `id`'s claimed turn and returns the new count, or `None` when
+/// the session is gone.
+pub(crate) fn count_resume(conn: &Connection, id: &SessionId) -> Result<Option<u32>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session SET resume_attempts = resume_attempts + 1 WHERE id = ?1 \
+         RETURNING resume_attempts",
+    )?;
+    Ok(stmt.query_row([id.as_str()], |row| row.get(0)).optional()?)
+}
+
+/// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot` (a
+/// claim without a boot is never excluded).
+pub(crate) fn list_suspended(
+    conn: &Connection,
+    exclude_boot: Option<&str>,
+) -> Result<Vec<SessionId>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id FROM session \
+         WHERE time_suspended IS NOT NULL AND parent_id IS NULL \
+           AND (?1 IS NULL OR claim_boot IS NULL OR claim_boot <> ?1) \
+         ORDER BY time_suspended, id",
+    )?;
+    let ids = stmt
+        .query_map([exclude_boot], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    ids.into_iter().map(session_id).collect()
+}
+
+/// Releases every claimed child session (children are never resumed on their own). Returns how
+/// many claims were released.
+pub(crate) fn release_child_claims(conn: &Connection) -> Result<usize, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL \
+         WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL",
+    )?;
+    Ok(stmt.execute([])?)
+}
+
+/// The claim bookkeeping of `id`, or `None` when the session is not stored.
+pub(crate) fn claim_state(
+    conn: &Connection,
+    id: &SessionId,
+) -> Result<Option<ClaimState>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT time_suspended, resume_attempts, claim_boot FROM session WHERE id = ?1",
+    )?;
+    let state = stmt
+        .query_row([id.as_str()], |row| {
+            Ok(ClaimState {
+                time_suspended: row.get(0)?,
+                resume_attempts: row.get(1)?,
+                claim_boot: row.get(2)?,
+            })
+        })
+        .optional()?;
+    Ok(state)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::get_session;
+    use crate::store::test_support::{create, sid, test_db};
+
+    #[test]
+    fn second_claim_keeps_first_time_and_time_updated() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        create(conn, "a", None, 100)?;
+        assert!(claim(conn, &sid("a"), 1_000, "boot-1")?);
+        count_resume(conn, &sid("a"))?;
+        assert!(claim(conn, &sid("a"), 2_000, "boot-2")?);
+        let state = claim_state(conn, &sid("a"))?.expect("stored");
+        assert_eq!(
+            state,
+            ClaimState {
+                time_suspended: Some(1_000),
+                resume_attempts: 1,
+                claim_boot: Some("boot-2".into()),
+            }
+        );
+        let info = get_session(conn, &sid("a"))?.expect("stored");
+        assert_eq!((info.time_updated, info.time_suspended), (100, Some(1_000)));
+        Ok(())
+    }
+
+    #[test]
+    fn claim_of_a_missing_session_reports_false() -> Result<(), StoreError> {
+        let db = test_db()?;
+        assert!(!claim(&db.conn, &sid("ghost"), 1, "b")?);
+        assert!(!release(&db.conn, &sid("ghost"))?);
+        assert_eq!(claim_state(&db.conn, &sid("ghost"))?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn release_clears_claim_and_resets_attempts() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        create(conn, "a", None, 100)?;
+        claim(conn, &sid("a"), 1_000, "boot")?;
+        count_resume(conn, &sid("a"))?;
+        count_resume(conn, &sid("a"))?;
+        assert!(release(conn, &sid("a"))?);
+        let state = claim_state(conn, &sid("a"))?.expect("stored");
+        assert_eq!(
+            state,
+            ClaimState {
+                time_suspended: None,
+                resume_attempts: 0,
+                claim_boot: None,
+            }
+        );
+        assert_eq!(
+            get_session(conn, &sid("a"))?.expect("stored").time_updated,
+            100
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn count_resume_counts_up_and_is_none_for_missing_row() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        create(conn, "a", None, 100)?;
+        claim(conn, &sid("a"), 1_000, "boot")?;
+        assert_eq!(count_resume(conn, &sid("a"))?, Some(1));
+        assert_eq!(count_resume(conn, &sid("a"))?, Some(2));
+        assert_eq!(count_resume(conn, &sid("a"))?, Some(3));
+        assert_eq!(count_resume(conn, &sid("ghost"))?, None);
+        assert_eq!(
+            get_session(conn, &sid("a"))?.expect("stored").time_updated,
+            100
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn list_suspended_excludes_children_unclaimed_and_excluded_boot() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        for (id, parent) in [
+            ("old", None),
+            ("mine", None),
+            ("anon", None),
+            ("idle", None),
+            ("child", Some("old")),
+        ] {
+            create(conn, id, parent, 100)?;
+        }
+        claim(conn, &sid("old"), 10, "boot-old")?;
+        claim(conn, &sid("mine"), 20, "boot-now")?;
+        claim(conn, &sid("child"), 30, "boot-old")?;
+        claim(conn, &sid("anon"), 40, "boot-old")?;
+        conn.execute("UPDATE session SET claim_boot = NULL WHERE id = 'anon'", [])?;
+
+        let all = list_suspended(conn, None)?;
+        assert_eq!(all, vec![sid("old"), sid("mine"), sid("anon")]);
+        let others = list_suspended(conn, Some("boot-now"))?;
+        assert_eq!(others, vec![sid("old"), sid("anon")]);
+        Ok(())
+    }
+
+    #[test]
+    fn release_child_claims_touches_only_claimed_children() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        create(conn, "parent", None, 100)?;
+        create(conn, "busy-child", Some("parent"), 100)?;
+        create(conn, "idle-child", Some("parent"), 100)?;
+        claim(conn, &sid("parent"), 10, "b")?;
+        claim(conn, &sid("busy-child"), 10, "b")?;
+        count_resume(conn, &sid("busy-child"))?;
+
+        assert_eq!(release_child_claims(conn)?, 1);
+        let child = claim_state(conn, &sid("busy-child"))?.expect("stored");
+        assert_eq!((child.time_suspended, child.resume_attempts), (None, 0));
+        let parent = claim_state(conn, &sid("parent"))?.expect("stored");
+        assert_eq!(parent.time_suspended, Some(10));
+        assert_eq!(release_child_claims(conn)?, 0);
+        Ok(())
+    }
+}

@@ -1,0 +1,480 @@
+//! The per-session event log: publishing (sequence + insert + projection) and replay reads.
+
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde_json::Value;
+
+use super::{
+    claim, get_opt_seq, get_seq, input, json_text, json_value, limit_param, message, release,
+    seq_param, session, session_id, StoreError,
+};
+use crate::event::{kind, EventRecord};
+use crate::id::{MessageId, SessionId};
+use crate::model::{Delivery, SessionInfo};
+
+/// Appends an event to `session`'s log with the next seq (0 for the first event) and runs its
+/// projection, all on the caller's transaction. Any failure, including a projection conflict,
+/// is returned; the caller's transaction or savepoint then rolls the event back.
+pub(crate) fn publish(
+    conn: &Connection,
+    session: &SessionId,
+    kind: &str,
+    data: &Value,
+    time: i64,
+) -> Result<EventRecord, StoreError> {
+    let text = json_text(data)?;
+    let mut next = conn.prepare_cached(
+        "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
+         ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq",
+    )?;
+    let seq = next.query_row([session.as_str()], |row| get_seq(row, 0))?;
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)",
+    )?;
+    insert.execute(rusqlite::params![
+        session.as_str(),
+        seq_param(seq),
+        kind,
+        text,
+        time
+    ])?;
+    let record = EventRecord {
+        session_id: session.clone(),
+        seq,
+        kind: kind.to_owned(),
+        data: data.clone(),
+        time,
+    };
+    project(conn, &record)?;
+    Ok(record)
+}
+
+/// A field of a built-in event's payload; a missing field means the log is inconsistent.
+fn field<'a>(ev: &'a EventRecord, name: &str) -> Result<&'a Value, StoreError> {
+    ev.data.get(name).ok_or_else(|| {
+        StoreError::Inconsistent(format!(
+            "{} event {}#{} lacks `{name}`",
+            ev.kind, ev.session_id, ev.seq
+        ))
+    })
+}
+
+/// A string field of a built-in event's payload.
+fn str_field<'a>(ev: &'a EventRecord, name: &str) -> Result<&'a str, StoreError> {
+    field(ev, name)?.as_str().ok_or_else(|| {
+        StoreError::Inconsistent(format!(
+            "{} event {}#{}: `{name}` is not a string",
+            ev.kind, ev.session_id, ev.seq
+        ))
+    })
+}
+
+/// The `messageID` of a prompt or message event.
+fn message_id_field(ev: &EventRecord) -> Result<MessageId, StoreError> {
+    MessageId::new(str_field(ev, "messageID")?).map_err(|e| {
+        StoreError::Inconsistent(format!(
+            "{} event {}#{}: {e}",
+            ev.kind, ev.session_id, ev.seq
+        ))
+    })
+}
+
+/// Applies the projection writes of one event (see the store's atomicity table). Events of kinds
+/// without a projection are a no-op. Re-running the projection of stored events rebuilds the
+/// projected rows once they are deleted.
+pub(crate) fn project(conn: &Connection, ev: &EventRecord) -> Result<(), StoreError> {
+    match ev.kind.as_str() {
+        kind::CREATED => {
+            let info: SessionInfo = serde_json::from_value(field(ev, "info")?.clone())?;
+            if info.id != ev.session_id {
+                return Err(StoreError::Inconsistent(format!(
+                    "session.created event of {} carries session {}",
+                    ev.session_id, info.id
+                )));
+            }
+            session::insert_session(conn, &info)
+        }
+        kind::EXECUTION_STARTED => {
+            let boot = ev.data.get("boot").and_then(Value::as_str).unwrap_or("");
+            claim(conn, &ev.session_id, ev.time, boot).map(drop)
+        }
+        kind::EXECUTION_SUCCEEDED | kind::EXECUTION_FAILED => {
+            release(conn, &ev.session_id).map(drop)
+        }
+        kind::EXECUTION_INTERRUPTED => {
+            if ev.data.get("reason").and_then(Value::as_str) == Some("shutdown") {
+                Ok(())
+            } else {
+                release(conn, &ev.session_id).map(drop)
+            }
+        }
+        kind::PROMPT_ADMITTED => {
+            let id = message_id_field(ev)?;
+            let delivery: Delivery = serde_json::from_value(field(ev, "delivery")?.clone())?;
+            input::insert_input(
+                conn,
+                &ev.session_id,
+                &id,
+                ev.seq,
+                field(ev, "prompt")?,
+                delivery,
+                ev.time,
+            )
+        }
+        kind::PROMPT_PROMOTED => {
+            let id = message_id_field(ev)?;
+            input::mark_promoted(conn, &ev.session_id, &id, ev.seq)?;
+            let data = serde_json::json!({ "prompt": field(ev, "prompt")? });
+            message::insert_message(conn, &ev.session_id, &id, "user", ev.seq, &data, ev.time)
+        }
+        kind::MESSAGE_APPENDED => {
+            let id = message_id_field(ev)?;
+            if input::get_input(conn, &id)?.is_some() {
+                return Err(StoreError::Conflict(format!(
+                    "message {id} is a prompt id; prompts enter the transcript by promotion"
+                )));
+            }
+            let kind = str_field(ev, "type")?;
+            message::insert_message(
+                conn,
+                &ev.session_id,
+                &id,
+                kind,
+                ev.seq,
+                field(ev, "data")?,
+                ev.time,
+            )
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Reads one `event` row (`aggregate_id, seq, type, data, time`).
+fn read_event(row: &Row<'_>) -> rusqlite::Result<(String, u64, String, String, i64)> {
+    Ok((
+        row.get(0)?,
+        get_seq(row, 1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+    ))
+}
+
+/// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
+/// in seq order.
+pub(crate) fn events_after(
+    conn: &Connection,
+    session: &SessionId,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT aggregate_id, seq, type, data, time FROM event \
+         WHERE aggregate_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+    )?;
+    let after = after.map_or(-1, seq_param);
+    let rows = stmt
+        .query_map(
+            rusqlite::params![session.as_str(), after, limit_param(Some(limit))],
+            read_event,
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter()
+        .map(|(aggregate, seq, kind, data, time)| {
+            Ok(EventRecord {
+                session_id: session_id(aggregate)?,
+                seq,
+                kind,
+                data: json_value(&data)?,
+                time,
+            })
+        })
+        .collect()
+}
+
+/// The seq of `session`'s latest event, or `None` before its first.
+pub(crate) fn latest_seq(
+    conn: &Connection,
+    session: &SessionId,
+) -> Result<Option<u64>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT seq FROM event_sequence WHERE aggregate_id = ?1")?;
+    Ok(stmt
+        .query_row([session.as_str()], |row| get_seq(row, 0))
+        .optional()?)
+}
+
+/// The query behind [`latest_interrupt_seq`]. The type is a literal, not a parameter, so that
+/// SQLite can use the partial index `event_interrupt`.
+const LATEST_INTERRUPT_SQL: &str = "SELECT MAX(seq) FROM event \
+     WHERE aggregate_id = ?1 AND type = 'session.interrupt.requested'";
+
+/// The seq of `session`'s latest `session.interrupt.requested` event, if any.
+pub(crate) fn latest_interrupt_seq(
+    conn: &Connection,
+    session: &SessionId,
+) -> Result<Option<u64>, StoreError> {
+    let mut stmt = conn.prepare_cached(LATEST_INTERRUPT_SQL)?;
+    Ok(stmt.query_row([session.as_str()], |row| get_opt_seq(row, 0))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::TransactionBehavior;
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::MessagesQuery;
+    use crate::store::pool::open_connection;
+    use crate::store::test_support::{create, mid, sid, test_db};
+    use crate::store::{
+        admit, append_message, claim_state, get_input, messages, pending_inputs, promote_steer,
+    };
+
+    #[test]
+    fn seqs_start_at_zero_and_are_independent_per_session() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let (a, b) = (sid("a"), sid("b"));
+        assert_eq!(latest_seq(conn, &a)?, None);
+        let mut seqs = Vec::new();
+        for session in [&a, &a, &b, &a, &b] {
+            seqs.push(publish(conn, session, "custom.kind", &json!({}), 1)?.seq);
+        }
+        assert_eq!(seqs, [0, 1, 0, 2, 1]);
+        assert_eq!(latest_seq(conn, &a)?, Some(2));
+        assert_eq!(latest_seq(conn, &b)?, Some(1));
+        Ok(())
+    }
+
+    #[test]
+    fn concurrent_publishers_leave_no_gap() -> Result<(), StoreError> {
+        const THREADS: usize = 6;
+        const EACH: usize = 40;
+        let db = test_db()?;
+        let session = sid("shared");
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (cfg, session) = (&db.cfg, &session);
+                    scope.spawn(move || -> Result<(), StoreError> {
+                        let mut conn = open_connection(cfg)?;
+                        for i in 0..EACH {
+                            let tx =
+                                conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                            publish(&tx, session, "custom.kind", &json!({ "t": t, "i": i }), 1)?;
+                            tx.commit()?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .try_for_each(|w| w.join().expect("publisher thread panicked"))
+        })?;
+        let events = events_after(&db.conn, &session, None, usize::MAX)?;
+        let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+        let expected: Vec<u64> = (0..(THREADS * EACH) as u64).collect();
+        assert_eq!(seqs, expected);
+        assert_eq!(
+            latest_seq(&db.conn, &session)?,
+            Some((THREADS * EACH - 1) as u64)
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn failing_projection_rolls_back_its_event() -> Result<(), StoreError> {
+        let mut db = test_db()?;
+        create(&db.conn, "s", None, 1)?;
+        append_message(
+            &db.conn,
+            &sid("s"),
+            &mid("m1"),
+            "assistant",
+            &json!("hi"),
+            2,
+        )?;
+        let before = latest_seq(&db.conn, &sid("s"))?;
+
+        let mut tx = db.conn.transaction()?;
+        {
+            let sp = tx.savepoint()?;
+            let data = json!({ "messageID": "m1", "prompt": "p", "delivery": "steer" });
+            let result = publish(&sp, &sid("s"), kind::PROMPT_ADMITTED, &data, 3);
+            assert!(matches!(result, Err(StoreError::Conflict(_))), "{result:?}");
+            // Dropping the savepoint rolls it back.
+        }
+        publish(&tx, &sid("s"), "custom.kind", &json!({}), 4)?;
+        tx.commit()?;
+
+        assert_eq!(get_input(&db.conn, &mid("m1"))?, None);
+        let events = events_after(&db.conn, &sid("s"), before, 10)?;
+        assert_eq!(
+            events.len(),
+            1,
+            "only the event after the savepoint: {events:?}"
+        );
+        assert_eq!(events[0].kind, "custom.kind");
+        assert_eq!(Some(events[0].seq), before.map(|s| s + 1));
+        Ok(())
+    }
+
+    #[test]
+    fn execution_events_claim_and_release() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?;
+        let started = json!({ "boot": "boot-1" });
+        let claimed = |conn: &Connection| -> Result<Option<i64>, StoreError> {
+            Ok(claim_state(conn, &s)?.and_then(|c| c.time_suspended))
+        };
+
+        publish(conn, &s, kind::EXECUTION_STARTED, &started, 100)?;
+        let state = claim_state(conn, &s)?.expect("stored");
+        assert_eq!(
+            (state.time_suspended, state.claim_boot.as_deref()),
+            (Some(100), Some("boot-1"))
+        );
+        publish(
+            conn,
+            &s,
+            kind::EXECUTION_INTERRUPTED,
+            &json!({ "reason": "shutdown" }),
+            110,
+        )?;
+        assert_eq!(
+            claimed(conn)?,
+            Some(100),
+            "a shutdown interrupt keeps the claim"
+        );
+        publish(
+            conn,
+            &s,
+            kind::EXECUTION_INTERRUPTED,
+            &json!({ "reason": "user" }),
+            120,
+        )?;
+        assert_eq!(claimed(conn)?, None);
+
+        for terminal in [kind::EXECUTION_SUCCEEDED, kind::EXECUTION_FAILED] {
+            publish(conn, &s, kind::EXECUTION_STARTED, &json!({}), 200)?;
+            assert_eq!(
+                claim_state(conn, &s)?
+                    .expect("stored")
+                    .claim_boot
+                    .as_deref(),
+                Some("")
+            );
+            publish(conn, &s, terminal, &json!({}), 210)?;
+            assert_eq!(claimed(conn)?, None, "{terminal} releases");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn events_after_is_exclusive_ordered_and_limited() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let s = sid("s");
+        for i in 0..5 {
+            publish(&db.conn, &s, "custom.kind", &json!({ "i": i }), 10 + i)?;
+        }
+        publish(&db.conn, &sid("other"), "custom.kind", &json!({}), 1)?;
+        let all = events_after(&db.conn, &s, None, 100)?;
+        assert_eq!(
+            all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        assert_eq!(all[2].data, json!({ "i": 2 }));
+        assert_eq!((all[2].time, all[2].session_id.as_str()), (12, "s"));
+        let after = events_after(&db.conn, &s, Some(1), 2)?;
+        assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3]);
+        assert!(events_after(&db.conn, &s, Some(4), 10)?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn latest_interrupt_seq_uses_the_partial_index() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let s = sid("s");
+        assert_eq!(latest_interrupt_seq(&db.conn, &s)?, None);
+        publish(&db.conn, &s, kind::INTERRUPT_REQUESTED, &json!({}), 1)?;
+        publish(&db.conn, &s, "custom.kind", &json!({}), 2)?;
+        publish(&db.conn, &s, kind::INTERRUPT_REQUESTED, &json!({}), 3)?;
+        publish(&db.conn, &s, "custom.kind", &json!({}), 4)?;
+        publish(
+            &db.conn,
+            &sid("t"),
+            kind::INTERRUPT_REQUESTED,
+            &json!({}),
+            5,
+        )?;
+        assert_eq!(latest_interrupt_seq(&db.conn, &s)?, Some(2));
+
+        assert!(LATEST_INTERRUPT_SQL.contains(&format!("'{}'", kind::INTERRUPT_REQUESTED)));
+        let mut plan = db
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LATEST_INTERRUPT_SQL}"))?;
+        let details = plan
+            .query_map(["s"], |row| row.get::<_, String>(3))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        assert!(
+            details.iter().any(|d| d.contains("event_interrupt")),
+            "{details:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_kinds_have_no_projection() -> Result<(), StoreError> {
+        let db = test_db()?;
+        create(&db.conn, "s", None, 1)?;
+        for k in [
+            kind::INTERRUPT_REQUESTED,
+            kind::MODEL_SWITCHED,
+            kind::SYNTHETIC,
+            "x.y",
+        ] {
+            publish(&db.conn, &sid("s"), k, &json!({ "messageID": "m" }), 2)?;
+        }
+        assert_eq!(get_input(&db.conn, &mid("m"))?, None);
+        assert!(messages(&db.conn, &MessagesQuery::new(sid("s")))?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn replaying_prompt_projections_rebuilds_inbox_and_transcript() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?;
+        admit(conn, &s, &mid("p1"), &json!("one"), Delivery::Steer, 2)?;
+        admit(conn, &s, &mid("p2"), &json!("two"), Delivery::Queue, 3)?;
+        admit(conn, &s, &mid("p3"), &json!("three"), Delivery::Steer, 4)?;
+        promote_steer(conn, &s, Some(1), 5)?;
+        append_message(conn, &s, &mid("a1"), "assistant", &json!({"text": "ok"}), 6)?;
+        let inputs =
+            |conn: &Connection| -> Result<Vec<Option<crate::model::Admission>>, StoreError> {
+                ["p1", "p2", "p3"]
+                    .iter()
+                    .map(|id| get_input(conn, &mid(id)))
+                    .collect()
+            };
+        let (inbox, transcript) = (
+            inputs(conn)?,
+            messages(conn, &MessagesQuery::new(s.clone()))?,
+        );
+        assert_eq!(pending_inputs(conn, &s)?.len(), 2);
+
+        conn.execute("DELETE FROM session_input", [])?;
+        conn.execute("DELETE FROM session_message", [])?;
+        for ev in events_after(conn, &s, None, usize::MAX)? {
+            if ev.kind != kind::CREATED {
+                project(conn, &ev)?;
+            }
+        }
+        assert_eq!(inputs(conn)?, inbox);
+        assert_eq!(messages(conn, &MessagesQuery::new(s))?, transcript);
+        Ok(())
+    }
+}

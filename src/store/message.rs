@@ -1,0 +1,405 @@
+//! The transcript (`session_message`): appends, lookups and keyset pages by `seq`.
+
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde_json::{json, Value};
+
+use super::{
+    conflict_on_constraint, get_seq, json_text, json_value, limit_param, message_id, publish,
+    seq_param, session_id, StoreError,
+};
+use crate::event::{kind, EventRecord};
+use crate::id::{MessageId, SessionId};
+use crate::model::{Direction, Message, MessagesQuery, Order};
+
+macro_rules! message_columns {
+    () => {
+        "id, session_id, type, seq, data, time_created"
+    };
+}
+
+/// A `session_message` row as stored, before ids and JSON are decoded.
+struct MessageRow {
+    id: String,
+    session_id: String,
+    kind: String,
+    seq: u64,
+    data: String,
+    time_created: i64,
+}
+
+impl MessageRow {
+    /// Reads the columns of `message_columns!()` in order.
+    fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(Self {
+            id: row.get(0)?,
+            session_id: row.get(1)?,
+            kind: row.get(2)?,
+            seq: get_seq(row, 3)?,
+            data: row.get(4)?,
+            time_created: row.get(5)?,
+        })
+    }
+
+    /// Decodes the row; a malformed `data` payload is [`StoreError::Json`].
+    fn decode(self) -> Result<Message, StoreError> {
+        Ok(Message {
+            id: message_id(self.id)?,
+            session_id: session_id(self.session_id)?,
+            kind: self.kind,
+            seq: self.seq,
+            data: json_value(&self.data)?,
+            time_created: self.time_created,
+        })
+    }
+}
+
+/// Inserts a transcript row created by event `seq` (the projection of
+/// `session.message.appended` and part of `session.prompt.promoted`). An id already in a
+/// transcript, or a seq already used in this one, is a conflict.
+pub(super) fn insert_message(
+    conn: &Connection,
+    session: &SessionId,
+    id: &MessageId,
+    kind: &str,
+    seq: u64,
+    data: &Value,
+    time: i64,
+) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "INSERT INTO session_message (",
+        message_columns!(),
+        ", time_updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)"
+    ))?;
+    stmt.execute(rusqlite::params![
+        id.as_str(),
+        session.as_str(),
+        kind,
+        seq_param(seq),
+        json_text(data)?,
+        time,
+    ])
+    .map_err(|e| {
+        conflict_on_constraint(e, || {
+            format!("message {id} cannot be added to session {session}")
+        })
+    })?;
+    Ok(())
+}
+
+/// Appends a message to `session`'s transcript by publishing `session.message.appended`. An id
+/// already in a transcript is [`StoreError::Conflict`].
+pub(crate) fn append_message(
+    conn: &Connection,
+    session: &SessionId,
+    id: &MessageId,
+    kind: &str,
+    data: &Value,
+    now: i64,
+) -> Result<EventRecord, StoreError> {
+    let payload = json!({ "messageID": id, "type": kind, "data": data });
+    publish(conn, session, kind::MESSAGE_APPENDED, &payload, now)
+}
+
+/// The message `id` of `session`; `None` when it is unknown or belongs to another session.
+pub(crate) fn get_message(
+    conn: &Connection,
+    session: &SessionId,
+    id: &MessageId,
+) -> Result<Option<Message>, StoreError> {
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE id = ?1 AND session_id = ?2"
+    ))?;
+    let row = stmt
+        .query_row([id.as_str(), session.as_str()], MessageRow::read)
+        .optional()?;
+    row.map(MessageRow::decode).transpose()
+}
+
+/// Whether any transcript holds a message `id`.
+pub(crate) fn message_exists(conn: &Connection, id: &MessageId) -> Result<bool, StoreError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM session_message WHERE id = ?1)")?;
+    Ok(stmt.query_row([id.as_str()], |row| row.get(0))?)
+}
+
+/// Runs a cached transcript query and decodes the rows.
+fn query_messages(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> Result<Vec<Message>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt
+        .query_map(params, MessageRow::read)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter().map(MessageRow::decode).collect()
+}
+
+/// One page of a transcript, keyset-paged on `seq`. An unknown cursor (or another session's
+/// message) yields an empty page. A `Previous` cursor scans the opposite way and reverses the
+/// rows, so every page reads in the requested order.
+pub(crate) fn messages(
+    conn: &Connection,
+    query: &MessagesQuery,
+) -> Result<Vec<Message>, StoreError> {
+    let session = query.session_id.as_str();
+    let limit = limit_param(query.limit);
+    let previous = matches!(&query.cursor, Some(c) if c.direction == Direction::Previous);
+    let order = if previous {
+        query.order.flip()
+    } else {
+        query.order
+    };
+    let mut page = match &query.cursor {
+        None => {
+            let sql = match order {
+                Order::Asc => concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM session_message WHERE session_id = ?1 ORDER BY seq ASC LIMIT ?2"
+                ),
+                Order::Desc => concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM session_message WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2"
+                ),
+            };
+            query_messages(conn, sql, rusqlite::params![session, limit])?
+        }
+        Some(cursor) => {
+            let Some(anchor) = cursor_seq(conn, &query.session_id, &cursor.id)? else {
+                return Ok(Vec::new());
+            };
+            let sql = match order {
+                Order::Asc => concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM session_message WHERE session_id = ?1 AND seq > ?3 \
+                     ORDER BY seq ASC LIMIT ?2"
+                ),
+                Order::Desc => concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM session_message WHERE session_id = ?1 AND seq < ?3 \
+                     ORDER BY seq DESC LIMIT ?2"
+                ),
+            };
+            let params = rusqlite::params![session, limit, seq_param(anchor)];
+            query_messages(conn, sql, params)?
+        }
+    };
+    if previous {
+        page.reverse();
+    }
+    Ok(page)
+}
+
+/// The seq of message `id` within `session`.
+fn cursor_seq(
+    conn: &Connection,
+    session: &SessionId,
+    id: &MessageId,
+) -> Result<Option<u64>, StoreError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT seq FROM session_message WHERE id = ?1 AND session_id = ?2")?;
+    Ok(stmt
+        .query_row([id.as_str(), session.as_str()], |row| get_seq(row, 0))
+        .optional()?)
+}
+
+/// `session`'s whole transcript in seq order: what a runner feeds the model.
+pub(crate) fn context(conn: &Connection, session: &SessionId) -> Result<Vec<Message>, StoreError> {
+    let mut query = MessagesQuery::new(session.clone());
+    query.order = Order::Asc;
+    messages(conn, &query)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Cursor, Delivery};
+    use crate::store::test_support::{create, mid, sid, test_db};
+    use crate::store::{admit, latest_seq};
+
+    fn ids(page: &[Message]) -> Vec<&str> {
+        page.iter().map(|m| m.id.as_str()).collect()
+    }
+
+    /// Session `s` with messages `m0`..`m4` (seqs 1..=5) and session `t` with `t0`.
+    fn seed(conn: &Connection) -> Result<(), StoreError> {
+        create(conn, "s", None, 1)?;
+        create(conn, "t", None, 1)?;
+        for i in 0..5 {
+            let id = mid(&format!("m{i}"));
+            append_message(
+                conn,
+                &sid("s"),
+                &id,
+                "assistant",
+                &json!({ "i": i }),
+                10 + i,
+            )?;
+        }
+        append_message(conn, &sid("t"), &mid("t0"), "assistant", &json!({}), 10)?;
+        Ok(())
+    }
+
+    fn query(
+        order: Order,
+        limit: Option<usize>,
+        cursor: Option<(&str, Direction)>,
+    ) -> MessagesQuery {
+        MessagesQuery {
+            session_id: sid("s"),
+            limit,
+            order,
+            cursor: cursor.map(|(id, direction)| Cursor {
+                id: mid(id),
+                direction,
+            }),
+        }
+    }
+
+    #[test]
+    fn append_message_writes_a_row_at_the_event_seq() -> Result<(), StoreError> {
+        let db = test_db()?;
+        create(&db.conn, "s", None, 1)?;
+        let data = json!({ "text": "hello" });
+        let event = append_message(&db.conn, &sid("s"), &mid("m"), "assistant", &data, 42)?;
+        assert_eq!(event.kind, kind::MESSAGE_APPENDED);
+        assert_eq!(
+            event.data,
+            json!({ "messageID": "m", "type": "assistant", "data": data })
+        );
+        let expected = Message {
+            id: mid("m"),
+            session_id: sid("s"),
+            kind: "assistant".into(),
+            seq: event.seq,
+            data,
+            time_created: 42,
+        };
+        assert_eq!(get_message(&db.conn, &sid("s"), &mid("m"))?, Some(expected));
+        Ok(())
+    }
+
+    #[test]
+    fn append_message_rejects_reused_and_prompt_ids() -> Result<(), StoreError> {
+        let mut db = test_db()?;
+        create(&db.conn, "s", None, 1)?;
+        create(&db.conn, "t", None, 1)?;
+        append_message(&db.conn, &sid("s"), &mid("m"), "assistant", &json!(1), 2)?;
+        admit(
+            &db.conn,
+            &sid("s"),
+            &mid("p"),
+            &json!("p"),
+            Delivery::Queue,
+            3,
+        )?;
+        let before = latest_seq(&db.conn, &sid("t"))?;
+        for id in ["m", "p"] {
+            let tx = db.conn.transaction()?;
+            let result = append_message(&tx, &sid("t"), &mid(id), "assistant", &json!(2), 4);
+            assert!(
+                matches!(result, Err(StoreError::Conflict(_))),
+                "{id}: {result:?}"
+            );
+        }
+        assert_eq!(latest_seq(&db.conn, &sid("t"))?, before);
+        Ok(())
+    }
+
+    #[test]
+    fn get_message_is_none_for_another_sessions_message() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        assert!(get_message(&db.conn, &sid("s"), &mid("m1"))?.is_some());
+        assert_eq!(get_message(&db.conn, &sid("t"), &mid("m1"))?, None);
+        assert_eq!(get_message(&db.conn, &sid("s"), &mid("nope"))?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn message_exists_in_any_session() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        assert!(message_exists(&db.conn, &mid("m3"))?);
+        assert!(message_exists(&db.conn, &mid("t0"))?);
+        assert!(!message_exists(&db.conn, &mid("nope"))?);
+        Ok(())
+    }
+
+    #[test]
+    fn messages_order_and_limit() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        let desc = messages(&db.conn, &MessagesQuery::new(sid("s")))?;
+        assert_eq!(ids(&desc), ["m4", "m3", "m2", "m1", "m0"]);
+        let asc = messages(&db.conn, &query(Order::Asc, Some(2), None))?;
+        assert_eq!(ids(&asc), ["m0", "m1"]);
+        assert_eq!(asc[1].data, json!({ "i": 1 }));
+        Ok(())
+    }
+
+    #[test]
+    fn messages_cursor_pages_both_directions_in_both_orders() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        let page = |order, direction| -> Result<Vec<String>, StoreError> {
+            let page = messages(&db.conn, &query(order, Some(2), Some(("m2", direction))))?;
+            Ok(ids(&page).into_iter().map(String::from).collect())
+        };
+        assert_eq!(page(Order::Asc, Direction::Next)?, ["m3", "m4"]);
+        assert_eq!(page(Order::Asc, Direction::Previous)?, ["m0", "m1"]);
+        assert_eq!(page(Order::Desc, Direction::Next)?, ["m1", "m0"]);
+        assert_eq!(page(Order::Desc, Direction::Previous)?, ["m4", "m3"]);
+        Ok(())
+    }
+
+    #[test]
+    fn messages_with_an_unknown_cursor_are_empty() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        for cursor in ["nope", "t0"] {
+            for direction in [Direction::Next, Direction::Previous] {
+                let page = messages(
+                    &db.conn,
+                    &query(Order::Desc, None, Some((cursor, direction))),
+                )?;
+                assert!(page.is_empty(), "cursor {cursor}: {page:?}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn context_is_the_whole_transcript_in_seq_order() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        assert_eq!(
+            ids(&context(&db.conn, &sid("s"))?),
+            ["m0", "m1", "m2", "m3", "m4"]
+        );
+        assert_eq!(ids(&context(&db.conn, &sid("t"))?), ["t0"]);
+        assert!(context(&db.conn, &sid("ghost"))?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_corrupt_stored_payload_is_a_json_error() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        db.conn.execute(
+            "UPDATE session_message SET data = 'not json' WHERE id = 'm1'",
+            [],
+        )?;
+        let result = get_message(&db.conn, &sid("s"), &mid("m1"));
+        assert!(matches!(result, Err(StoreError::Json(_))), "{result:?}");
+        let result = context(&db.conn, &sid("s"));
+        assert!(matches!(result, Err(StoreError::Json(_))), "{result:?}");
+        Ok(())
+    }
+}

@@ -1,0 +1,178 @@
+//! The connection pool and the per-connection PRAGMAs (WAL, `synchronous`, `foreign_keys`,
+//! `busy_timeout`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::Connection;
+
+use crate::error::StoreError;
+use crate::store::schema;
+
+/// SQLite's `synchronous` setting, applied to every connection.
+///
+/// In WAL mode `Full` syncs the WAL on every commit, so a committed transaction survives a power
+/// loss; `Normal` syncs only at checkpoints, so the last commits may be lost on power loss (never
+/// on a process crash) in exchange for faster commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Synchronous {
+    /// `PRAGMA synchronous = FULL` (the default): durable across power loss.
+    #[default]
+    Full,
+    /// `PRAGMA synchronous = NORMAL`: durable across process crashes, faster commits.
+    Normal,
+}
+
+impl Synchronous {
+    /// The PRAGMA value: `FULL` or `NORMAL`.
+    pub fn as_pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// A pool of SQLite connections that all carry the store's PRAGMAs.
+pub(crate) type Pool = r2d2::Pool<SqliteConnectionManager>;
+
+/// Where and how the store opens its database.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreConfig {
+    /// The database file; created when missing.
+    pub path: PathBuf,
+    /// `PRAGMA synchronous` on every connection (default [`Synchronous::Full`]).
+    pub synchronous: Synchronous,
+    /// How long a statement waits for a lock held by another connection (default 5 s).
+    pub busy_timeout: Duration,
+    /// The most pooled connections (default 8).
+    pub pool_size: u32,
+}
+
+impl StoreConfig {
+    /// A configuration for `path` with the documented defaults.
+    pub(crate) fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+            pool_size: 8,
+        }
+    }
+}
+
+/// Prepared statements kept per connection; the store has a few dozen distinct statements.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
+/// Sets the per-connection PRAGMAs. `busy_timeout` comes first so that switching to WAL waits for
+/// a concurrent opener instead of failing with `SQLITE_BUSY`.
+fn init_connection(
+    conn: &mut Connection,
+    synchronous: Synchronous,
+    busy_timeout: Duration,
+) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy_timeout)?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        log::warn!("sqlite refused WAL mode; journal_mode is {mode}");
+    }
+    conn.pragma_update(None, "synchronous", synchronous.as_pragma())?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
+    Ok(())
+}
+
+/// Opens one plain (unpooled) connection with the store's PRAGMAs. Does not migrate.
+pub(crate) fn open_connection(cfg: &StoreConfig) -> Result<Connection, StoreError> {
+    let mut conn = Connection::open(&cfg.path)?;
+    init_connection(&mut conn, cfg.synchronous, cfg.busy_timeout)?;
+    Ok(conn)
+}
+
+/// Opens the database, applies pending migrations and builds the pool.
+///
+/// The file is first opened and migrated on a plain connection, so that an unopenable, corrupt
+/// or too-new database fails at once with the SQLite error (or [`StoreError::SchemaTooNew`])
+/// rather than after the pool's connection timeout.
+pub(crate) fn open(cfg: &StoreConfig) -> Result<Pool, StoreError> {
+    {
+        let mut conn = open_connection(cfg)?;
+        schema::migrate(&mut conn)?;
+    }
+    let (synchronous, busy_timeout) = (cfg.synchronous, cfg.busy_timeout);
+    let manager = SqliteConnectionManager::file(&cfg.path)
+        .with_init(move |conn| init_connection(conn, synchronous, busy_timeout));
+    let pool = r2d2::Pool::builder()
+        .max_size(cfg.pool_size.max(1))
+        .min_idle(Some(1))
+        .connection_timeout(cfg.busy_timeout + Duration::from_secs(1))
+        .build(manager)?;
+    Ok(pool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::tempdir;
+
+    fn pragma<T: rusqlite::types::FromSql>(conn: &Connection, name: &str) -> rusqlite::Result<T> {
+        conn.pragma_query_value(None, name, |row| row.get(0))
+    }
+
+    #[test]
+    fn pooled_connections_carry_the_pragmas() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let pool = open(&StoreConfig::new(dir.path().join("s.db")))?;
+        // Hold two connections so both come from the init hook.
+        let (a, b) = (pool.get()?, pool.get()?);
+        for conn in [&*a, &*b] {
+            assert_eq!(pragma::<String>(conn, "journal_mode")?, "wal");
+            assert_eq!(pragma::<i64>(conn, "foreign_keys")?, 1);
+            assert_eq!(pragma::<i64>(conn, "synchronous")?, 2);
+            assert_eq!(pragma::<i64>(conn, "busy_timeout")?, 5000);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn synchronous_normal_is_applied_to_plain_and_pooled_connections() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let mut cfg = StoreConfig::new(dir.path().join("s.db"));
+        cfg.synchronous = Synchronous::Normal;
+        cfg.busy_timeout = Duration::from_millis(250);
+        let pool = open(&cfg)?;
+        let plain = open_connection(&cfg)?;
+        for conn in [&*pool.get()?, &plain] {
+            assert_eq!(pragma::<i64>(conn, "synchronous")?, 1);
+            assert_eq!(pragma::<i64>(conn, "busy_timeout")?, 250);
+            assert_eq!(pragma::<String>(conn, "journal_mode")?, "wal");
+            assert_eq!(pragma::<i64>(conn, "foreign_keys")?, 1);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn open_fails_fast_on_a_corrupt_file() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let path = dir.path().join("corrupt.db");
+        std::fs::write(&path, vec![0x5a_u8; 8192])
+            .map_err(|e| StoreError::Inconsistent(e.to_string()))?;
+        let started = std::time::Instant::now();
+        let result = open(&StoreConfig::new(&path));
+        assert!(matches!(result, Err(StoreError::Sqlite(_))), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        Ok(())
+    }
+
+    #[test]
+    fn open_fails_fast_in_a_missing_directory() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let started = std::time::Instant::now();
+        let result = open(&StoreConfig::new(dir.path().join("no/such/dir/s.db")));
+        assert!(matches!(result, Err(StoreError::Sqlite(_))), "{result:?}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        Ok(())
+    }
+}

@@ -1,0 +1,202 @@
+//! Schema migrations keyed by `PRAGMA user_version`, applied in one transaction.
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::error::StoreError;
+
+/// Version 1: sessions, the event log, the prompt inbox and the transcript.
+const V1: &str = r"
+CREATE TABLE session (
+    id              TEXT PRIMARY KEY,
+    parent_id       TEXT NULL,
+    title           TEXT NOT NULL,
+    directory       TEXT NOT NULL,
+    agent           TEXT NULL,
+    model           TEXT NULL,
+    metadata        TEXT NULL,
+    time_created    INTEGER NOT NULL,
+    time_updated    INTEGER NOT NULL,
+    time_suspended  INTEGER NULL,
+    resume_attempts INTEGER NOT NULL DEFAULT 0,
+    claim_boot      TEXT NULL
+);
+CREATE INDEX session_parent ON session(parent_id);
+CREATE INDEX session_suspended ON session(time_suspended) WHERE time_suspended IS NOT NULL;
+CREATE INDEX session_created ON session(time_created, id);
+CREATE INDEX session_directory_created ON session(directory, time_created, id);
+
+CREATE TABLE event (
+    aggregate_id TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    type         TEXT NOT NULL,
+    data         TEXT NOT NULL,
+    time         INTEGER NOT NULL,
+    PRIMARY KEY (aggregate_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX event_interrupt ON event(aggregate_id, seq)
+    WHERE type = 'session.interrupt.requested';
+
+CREATE TABLE event_sequence (
+    aggregate_id TEXT PRIMARY KEY,
+    seq          INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE session_input (
+    id           TEXT PRIMARY KEY,
+    session_id   TEXT NOT NULL REFERENCES session(id) ON DELETE CASCADE,
+    admitted_seq INTEGER NOT NULL,
+    prompt       TEXT NOT NULL,
+    delivery     TEXT NOT NULL CHECK (delivery IN ('steer', 'queue')),
+    time_created INTEGER NOT NULL,
+    promoted_seq INTEGER NULL
+);
+CREATE INDEX session_input_pending ON session_input(session_id, admitted_seq)
+    WHERE promoted_seq IS NULL;
+
+CREATE TABLE session_message (
+    id           TEXT PRIMARY KEY,
+    session_id   TEXT NOT NULL REFERENCES session(id) ON DELETE CASCADE,
+    type         TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    data         TEXT NOT NULL,
+    time_created INTEGER NOT NULL,
+    time_updated INTEGER NOT NULL,
+    UNIQUE (session_id, seq)
+);
+CREATE INDEX session_message_type ON session_message(session_id, type, seq);
+";
+
+/// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The newest schema version this crate knows.
+pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
+
+fn user_version(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+}
+
+fn refuse_newer(found: i64) -> Result<(), StoreError> {
+    if found > LATEST_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            known: LATEST_VERSION,
+        });
+    }
+    Ok(())
+}
+
+/// Brings the database up to [`LATEST_VERSION`], applying every pending migration in one
+/// immediate transaction. A database newer than this crate is refused with
+/// [`StoreError::SchemaTooNew`] and left untouched.
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+    let found = user_version(conn)?;
+    refuse_newer(found)?;
+    if found == LATEST_VERSION {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Another process may have migrated between the first read and taking the write lock.
+    let current = user_version(&tx)?;
+    refuse_newer(current)?;
+    let start = usize::try_from(current)
+        .map_err(|_| StoreError::Inconsistent(format!("negative user_version {current}")))?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(start) {
+        log::info!("applying schema migration {} -> {}", i, i + 1);
+        tx.execute_batch(sql)?;
+    }
+    tx.pragma_update(None, "user_version", LATEST_VERSION)?;
+    tx.commit()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::pool::{self, StoreConfig};
+    use crate::store::test_support::tempdir;
+
+    const TABLES: &[&str] = &[
+        "session",
+        "event",
+        "event_sequence",
+        "session_input",
+        "session_message",
+    ];
+
+    fn tables(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+        let mut stmt =
+            conn.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")?;
+        let names = stmt.query_map([], |row| row.get(0))?;
+        names.collect()
+    }
+
+    #[test]
+    fn fresh_database_gets_every_table_and_latest_version() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let pool = pool::open(&StoreConfig::new(dir.path().join("s.db")))?;
+        let conn = pool.get()?;
+        let names = tables(&conn)?;
+        for table in TABLES {
+            assert!(
+                names.iter().any(|n| n == table),
+                "missing {table} in {names:?}"
+            );
+        }
+        assert_eq!(user_version(&conn)?, LATEST_VERSION);
+        Ok(())
+    }
+
+    #[test]
+    fn migrating_twice_is_a_no_op() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let mut conn = pool::open_connection(&StoreConfig::new(dir.path().join("s.db")))?;
+        migrate(&mut conn)?;
+        migrate(&mut conn)?;
+        assert_eq!(user_version(&conn)?, LATEST_VERSION);
+        Ok(())
+    }
+
+    #[test]
+    fn reopening_keeps_data() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let cfg = StoreConfig::new(dir.path().join("s.db"));
+        {
+            let pool = pool::open(&cfg)?;
+            pool.get()?.execute(
+                "INSERT INTO event_sequence(aggregate_id, seq) VALUES ('s', 7)",
+                [],
+            )?;
+        }
+        let pool = pool::open(&cfg)?;
+        let seq: i64 = pool.get()?.query_row(
+            "SELECT seq FROM event_sequence WHERE aggregate_id = 's'",
+            [],
+            |row| row.get(0),
+        )?;
+        assert_eq!(seq, 7);
+        Ok(())
+    }
+
+    #[test]
+    fn newer_schema_is_refused() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let cfg = StoreConfig::new(dir.path().join("s.db"));
+        {
+            let conn = pool::open_connection(&cfg)?;
+            conn.pragma_update(None, "user_version", LATEST_VERSION + 1)?;
+        }
+        match pool::open(&cfg) {
+            Err(StoreError::SchemaTooNew { found, known }) => {
+                assert_eq!((found, known), (LATEST_VERSION + 1, LATEST_VERSION));
+            }
+            other => panic!("expected SchemaTooNew, got {other:?}"),
+        }
+        let conn = pool::open_connection(&cfg)?;
+        assert!(
+            tables(&conn)?.is_empty(),
+            "a refused database is left untouched"
+        );
+        Ok(())
+    }
+}
