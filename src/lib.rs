@@ -5,7 +5,7 @@
 //!
 //! # Layout
 //!
-//! - [`store`](crate::store) (private): plain rusqlite functions over a connection or transaction:
+//! - `store` (private): plain rusqlite functions over a connection or transaction:
 //!   schema migrations, the connection pool, and every read and projection write.
 //! - `persistence`: the Persistence actor. It owns the pool, runs every write on one writer
 //!   thread and group-commits requests from many sessions into one transaction.
@@ -51,7 +51,7 @@ pub use runner::{
     terminal, Exit, InterruptReason, ProviderErrorKind, RunError, Runner, SessionError, Terminal,
 };
 pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
-pub use service::{CreateSession, Sessions};
+pub use service::{CreateSession, PromptInput, Reprojection, SessionEvents, Sessions};
 pub use store::pool::Synchronous;
 pub use turn::Turn;
 
