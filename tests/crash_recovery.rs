@@ -1,0 +1,436 @@
+//! Real process death: a turn whose process is SIGKILLed mid-drain keeps its write-ahead claim,
+//! and the next boot's sweep resumes it exactly once with one restart notice, counting the
+//! attempt durably before the drain; a turn the user interrupted before the kill is never
+//! resumed; and a turn that keeps crashing its process is terminalized as `aborted` once it
+//! exhausts `max_resume_attempts`, instead of crash-looping.
+//!
+//! Each test re-executes this test binary as a child process (sled's pattern): with
+//! `DS_CRASH_CHILD=<mode>` and `DS_CRASH_DB=<path>` set, the test function runs the child
+//! workload instead — a runtime on the database whose drain never ends — prints a marker line
+//! once the drain runs, and waits to be killed. The parent reads the child's stdout up to the
+//! marker, kills it with SIGKILL and then boots the runtime again on the same file.
+#![cfg(unix)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use durable_sessions::event::{
+    kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT,
+};
+use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
+use durable_sessions::{CreateSession, Runtime, SessionId, Terminal};
+use serde_json::json;
+
+use common::{TestDb, WAIT};
+
+/// The child's workload, when set.
+const CHILD_ENV: &str = "DS_CRASH_CHILD";
+/// The database file the child opens.
+const DB_ENV: &str = "DS_CRASH_DB";
+/// Printed by the child once its drain runs (and the claim is committed).
+const DRAIN_STARTED: &str = "DRAIN_STARTED";
+/// Printed by the child once its user interrupt returned `true`.
+const INTERRUPTED: &str = "INTERRUPTED";
+/// How long the parent waits for a child's marker before killing it and failing.
+const CHILD_WAIT: Duration = Duration::from_secs(15);
+/// The resume budget of every boot in the crash-loop test.
+const MAX_ATTEMPTS: u32 = 2;
+/// The session every child works on.
+const SESSION: &str = "turn";
+
+fn session() -> SessionId {
+    SessionId::new(SESSION).expect("valid id")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The child side.
+
+/// What a child process does before it waits to be killed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Create the session, `resume` it with a never-ending drain, print [`DRAIN_STARTED`].
+    Resume,
+    /// As `Resume`, then interrupt the turn as the user and print [`INTERRUPTED`].
+    Interrupt,
+    /// Boot with the sweep (budget [`MAX_ATTEMPTS`]); print [`DRAIN_STARTED`] once the resumed,
+    /// never-ending drain runs.
+    Sweep,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Resume => "resume",
+            Mode::Interrupt => "interrupt",
+            Mode::Sweep => "sweep",
+        }
+    }
+
+    fn parse(s: &str) -> Mode {
+        match s {
+            "resume" => Mode::Resume,
+            "interrupt" => Mode::Interrupt,
+            "sweep" => Mode::Sweep,
+            other => panic!("unknown {CHILD_ENV} mode {other:?}"),
+        }
+    }
+}
+
+/// When this process is a crash child, runs the child workload and never returns.
+fn run_child_if_requested() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let mode = Mode::parse(&mode);
+    let path = PathBuf::from(std::env::var(DB_ENV).expect("DS_CRASH_DB is set"));
+    actix_rt::System::new().block_on(child(mode, path));
+    // The workload ends only when the parent kills it; never report a result of our own.
+    std::process::exit(3);
+}
+
+fn announce(marker: &str) {
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "{marker}").expect("write marker");
+    stdout.flush().expect("flush marker");
+}
+
+async fn child(mode: Mode, path: PathBuf) {
+    let id = session();
+    let runner = ScriptedRunner::new();
+    runner.set_default(&id, Script::Never);
+    let runtime = Runtime::builder()
+        .database(&path)
+        .runner(runner.clone())
+        .arbiters(2)
+        .max_resume_attempts(MAX_ATTEMPTS)
+        .sweep_on_start(mode == Mode::Sweep)
+        .start()
+        .await
+        .expect("child runtime starts");
+    if mode != Mode::Sweep {
+        runtime
+            .sessions()
+            .create(CreateSession {
+                id: Some(id.clone()),
+                directory: "/work".into(),
+                ..CreateSession::default()
+            })
+            .await
+            .expect("create session");
+        let execution = runtime.execution();
+        let id = id.clone();
+        actix_rt::spawn(async move { execution.resume(&id).await });
+    }
+    runner.wait_for_drains_of(&id, 1, WAIT).await;
+    if mode == Mode::Interrupt {
+        assert!(runtime.execution().interrupt(&id, None).await.unwrap());
+        announce(INTERRUPTED);
+    } else {
+        announce(DRAIN_STARTED);
+    }
+    // Wait to be killed; a parent that died without killing us must not leave us behind.
+    actix_rt::time::sleep(Duration::from_secs(60)).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The parent side.
+
+/// A running child process; killed (SIGKILL) and reaped on drop if the test failed first.
+struct Child {
+    /// The child process.
+    process: std::process::Child,
+    /// The child's stdout, line by line, from a reader thread.
+    lines: mpsc::Receiver<String>,
+    /// The lines read so far, shown when the test fails.
+    stdout: Vec<String>,
+    /// Collects the child's stderr, shown when the test fails.
+    stderr: Option<thread::JoinHandle<String>>,
+}
+
+impl Child {
+    /// Re-executes this test binary, running only `test`, as a crash child in `mode` on `db`.
+    fn spawn(test: &str, mode: Mode, db: &Path) -> Child {
+        let exe = std::env::current_exe().expect("current test binary");
+        let mut process = Command::new(exe)
+            .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, mode.as_str())
+            .env(DB_ENV, db)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn crash child");
+        let stdout = process.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stderr = process.stderr.take().expect("piped stderr");
+        let stderr = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        Child {
+            process,
+            lines,
+            stdout: Vec::new(),
+            stderr: Some(stderr),
+        }
+    }
+
+    /// Reads the child's stdout until a line containing `marker`.
+    ///
+    /// # Panics
+    /// When the child exits first or [`CHILD_WAIT`] passes (the child is killed first).
+    fn wait_for(&mut self, marker: &str) {
+        let deadline = std::time::Instant::now() + CHILD_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(marker);
+                    self.stdout.push(line);
+                    if found {
+                        return;
+                    }
+                }
+                Err(e) => self.fail(&format!("no {marker} from the child ({e})")),
+            }
+        }
+    }
+
+    /// Kills the child, reaps it and shows what it printed.
+    fn fail(&mut self, why: &str) -> ! {
+        let _ = self.process.kill();
+        let status = self.process.wait();
+        panic!(
+            "{why}; child status {status:?}\n--- child stdout ---\n{}",
+            self.stdout.join("\n")
+        );
+    }
+
+    /// Kills the child with SIGKILL mid-work and reaps it.
+    fn kill(mut self) {
+        self.process.kill().expect("SIGKILL the child");
+        let status = self.process.wait().expect("reap the child");
+        assert_eq!(status.signal(), Some(9), "the child died of SIGKILL");
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        if let Ok(None) = self.process.try_wait() {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+        if thread::panicking() {
+            if let Some(Ok(stderr)) = self.stderr.take().map(thread::JoinHandle::join) {
+                eprintln!("--- crash child stderr ---\n{stderr}");
+            }
+        }
+    }
+}
+
+/// Runs one child in `mode` for `test` on `db` until it prints `marker`, then SIGKILLs it.
+fn crash_child(test: &str, mode: Mode, db: &Path, marker: &str) {
+    let mut child = Child::spawn(test, mode, db);
+    child.wait_for(marker);
+    child.kill();
+}
+
+/// The wire names of the session's stored events, in seq order; asserts the seqs are 0, 1, 2, …
+fn event_kinds(db: &Path, id: &SessionId) -> Vec<String> {
+    let events = testing::events(db, id).unwrap();
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (0..events.len() as u64).collect::<Vec<_>>());
+    events.into_iter().map(|e| e.kind).collect()
+}
+
+fn count(db: &Path, id: &SessionId, event: &str) -> usize {
+    testing::events_of_kind(db, id, event).unwrap().len()
+}
+
+/// A turn whose process was SIGKILLed mid-drain is resumed exactly once by the next boot: one
+/// restart notice, `resume_attempts == 1` while the resumed drain runs, the claim released after.
+#[test]
+fn a_turn_killed_mid_drain_is_resumed_exactly_once_at_the_next_boot() {
+    run_child_if_requested();
+    let db = TestDb::new();
+    let id = session();
+    crash_child(
+        "a_turn_killed_mid_drain_is_resumed_exactly_once_at_the_next_boot",
+        Mode::Resume,
+        &db.path,
+        DRAIN_STARTED,
+    );
+    // The kill left the write-ahead claim and nothing after it.
+    let crashed = testing::claim_state(&db.path, &id).unwrap().unwrap();
+    assert!(crashed.time_suspended.is_some());
+    assert_eq!(crashed.resume_attempts, 0);
+    assert_eq!(
+        event_kinds(&db.path, &id),
+        [kind::CREATED, kind::EXECUTION_STARTED]
+    );
+
+    actix_rt::System::new().block_on(async {
+        let runner = ScriptedRunner::new();
+        let gate = Gate::new();
+        runner.push(&id, Script::Gate(gate.clone()));
+        let runtime = db.builder(&runner).sweep_on_start(true).start().await.unwrap();
+        runner.wait_for_drains(1, WAIT).await;
+
+        // The resumed drain runs: the attempt is counted, the notice published, the claim held.
+        assert_eq!(testing::resume_attempts(&db.path, &id).unwrap(), 1);
+        assert!(testing::is_claimed(&db.path, &id).unwrap());
+        let notices = testing::events_of_kind(&db.path, &id, kind::SYNTHETIC).unwrap();
+        assert_eq!(notices.len(), 1);
+        assert_eq!(
+            notices[0].data,
+            json!({"sessionID": id, "text": RESTART_NOTICE_TEXT, "description": RESTART_NOTICE_DESCRIPTION})
+        );
+        // Re-claimed by this boot, keeping the original claim time.
+        let claim = testing::claim_state(&db.path, &id).unwrap().unwrap();
+        assert_eq!(claim.claim_boot.as_deref(), Some(runtime.boot_id()));
+        assert_ne!(claim.claim_boot, crashed.claim_boot);
+        assert_eq!(claim.time_suspended, crashed.time_suspended);
+
+        gate.release();
+        runtime.execution().await_idle(&id).await.unwrap();
+        assert!(!testing::is_claimed(&db.path, &id).unwrap());
+        assert_eq!(testing::resume_attempts(&db.path, &id).unwrap(), 0);
+        let drains = runner.drains();
+        assert_eq!(drains.len(), 1, "{drains:?}");
+        assert!(drains[0].session_id == id && drains[0].forced);
+        assert_eq!(
+            event_kinds(&db.path, &id),
+            [
+                kind::CREATED,
+                kind::EXECUTION_STARTED,
+                kind::SYNTHETIC,
+                kind::EXECUTION_STARTED,
+                kind::EXECUTION_SUCCEEDED,
+            ]
+        );
+
+        // Nothing is left to resume.
+        let again = runtime.resume_suspended_sessions().await.unwrap();
+        assert!(again.resumed.is_empty() && again.terminalized.is_empty());
+        assert_eq!(runner.drains().len(), 1);
+        runtime.shutdown().await;
+    });
+}
+
+/// A turn the user interrupted before the process was SIGKILLed stays interrupted: the next
+/// boot's sweep resumes nothing and publishes no notice.
+#[test]
+fn a_user_interrupted_turn_is_not_resumed_after_a_kill() {
+    run_child_if_requested();
+    let db = TestDb::new();
+    let id = session();
+    crash_child(
+        "a_user_interrupted_turn_is_not_resumed_after_a_kill",
+        Mode::Interrupt,
+        &db.path,
+        INTERRUPTED,
+    );
+    assert!(!testing::is_claimed(&db.path, &id).unwrap());
+    let interrupted = testing::events_of_kind(&db.path, &id, kind::EXECUTION_INTERRUPTED).unwrap();
+    assert_eq!(interrupted.len(), 1);
+    assert_eq!(interrupted[0].data, json!({"reason": "user"}));
+
+    actix_rt::System::new().block_on(async {
+        let runner = ScriptedRunner::new();
+        let runtime = db
+            .builder(&runner)
+            .sweep_on_start(true)
+            .start()
+            .await
+            .unwrap();
+        // The boot sweep registers every turn it resumes before `start` returns.
+        assert!(runtime.execution().active().is_empty());
+        let report = runtime.resume_suspended_sessions().await.unwrap();
+        assert!(report.resumed.is_empty() && report.terminalized.is_empty());
+        assert!(runner.drains().is_empty());
+        assert_eq!(count(&db.path, &id, kind::SYNTHETIC), 0);
+        assert_eq!(testing::resume_attempts(&db.path, &id).unwrap(), 0);
+        assert_eq!(
+            event_kinds(&db.path, &id),
+            [
+                kind::CREATED,
+                kind::EXECUTION_STARTED,
+                kind::EXECUTION_INTERRUPTED
+            ]
+        );
+
+        // The session itself still works.
+        assert_eq!(
+            runtime.execution().resume(&id).await.unwrap(),
+            Terminal::Succeeded
+        );
+        runtime.shutdown().await;
+    });
+}
+
+/// A turn that crashes its process three times (the first run, then each of its two resumes)
+/// exhausts `max_resume_attempts = 2`: the fourth boot records `failed{aborted}` with the release
+/// and does not drain it.
+#[test]
+fn repeated_crashes_mid_drain_end_in_aborted_instead_of_a_crash_loop() {
+    run_child_if_requested();
+    const TEST: &str = "repeated_crashes_mid_drain_end_in_aborted_instead_of_a_crash_loop";
+    let db = TestDb::new();
+    let id = session();
+    crash_child(TEST, Mode::Resume, &db.path, DRAIN_STARTED);
+    assert!(testing::is_claimed(&db.path, &id).unwrap());
+    assert_eq!(testing::resume_attempts(&db.path, &id).unwrap(), 0);
+    for attempt in 1..=MAX_ATTEMPTS {
+        crash_child(TEST, Mode::Sweep, &db.path, DRAIN_STARTED);
+        assert!(testing::is_claimed(&db.path, &id).unwrap());
+        assert_eq!(testing::resume_attempts(&db.path, &id).unwrap(), attempt);
+        assert_eq!(count(&db.path, &id, kind::SYNTHETIC), attempt as usize);
+        assert_eq!(
+            count(&db.path, &id, kind::EXECUTION_STARTED),
+            attempt as usize + 1
+        );
+    }
+
+    actix_rt::System::new().block_on(async {
+        let runner = ScriptedRunner::new();
+        let runtime = db
+            .builder(&runner)
+            .max_resume_attempts(MAX_ATTEMPTS)
+            .sweep_on_start(true)
+            .start()
+            .await
+            .unwrap();
+        assert!(runtime.execution().active().is_empty());
+        assert!(runner.drains().is_empty());
+        let failed = testing::events_of_kind(&db.path, &id, kind::EXECUTION_FAILED).unwrap();
+        assert_eq!(failed.len(), 1);
+        assert_eq!(
+            failed[0].data,
+            json!({"error": {"type": "aborted", "message": ABORTED_MESSAGE}})
+        );
+        assert!(!testing::is_claimed(&db.path, &id).unwrap());
+        assert_eq!(testing::resume_attempts(&db.path, &id).unwrap(), 0);
+        assert_eq!(count(&db.path, &id, kind::SYNTHETIC), MAX_ATTEMPTS as usize);
+
+        let again = runtime.resume_suspended_sessions().await.unwrap();
+        assert!(again.resumed.is_empty() && again.terminalized.is_empty());
+        assert!(runner.drains().is_empty());
+        runtime.shutdown().await;
+    });
+}
