@@ -1,18 +1,22 @@
 //! The registry: which `SessionActor` serves which session, on which arbiter, and the exact set of
-//! sessions with a turn in this process (`active()`).
+//! sessions with a turn in this process (`active()`); and the [`RegistryActor`] that supervises
+//! them.
 //!
 //! Lookups are on the hot path of every wake, so the map lives behind a mutex that handles read
-//! directly; starting, forgetting and replacing actors also happen under it, so a session never
-//! has two live actors. Supervision: an actor that stops (passivation, a panicked drain, an
-//! external stop) removes its own entry, guarded by its generation, and the next message for that
-//! session starts a fresh actor that reloads its state from the store. An actor whose drain
-//! panicked is replaced at once.
+//! directly (no actor hop per message); starting, forgetting and replacing actors also happen
+//! under it, so a session never has two live actors. Supervision: an actor that stops
+//! (passivation, a panicked drain, an external stop) removes its own entry, guarded by its
+//! generation, and the next message for that session starts a fresh actor that reloads its state
+//! (existence, interrupt fence) from the store. The `RegistryActor` passivates: on a timer it
+//! asks every actor idle longer than `idle_timeout` to stop, so an idle session costs no memory
+//! and idle actors need no timers of their own.
 
 pub(crate) mod sweep;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
@@ -24,6 +28,8 @@ use crate::session::SessionActor;
 struct Entry {
     addr: Addr<SessionActor>,
     generation: u64,
+    /// When the actor last did anything (ms since the registry started); written by the actor.
+    touched: Arc<AtomicU64>,
 }
 
 /// Counters of what the registry did.
@@ -35,6 +41,8 @@ pub struct RegistryStats {
     pub started: u64,
     /// Session actors replaced after a panicked drain.
     pub replaced: u64,
+    /// Session actors stopped after being idle longer than `idle_timeout`.
+    pub passivated: u64,
 }
 
 /// Live session actors and the `active()` set.
@@ -45,7 +53,10 @@ pub(crate) struct Registry {
     next_arbiter: AtomicUsize,
     next_generation: AtomicU64,
     replaced: AtomicU64,
+    passivated: AtomicU64,
     closed: AtomicBool,
+    /// The clock `touched` stamps are measured on.
+    epoch: Instant,
 }
 
 impl std::fmt::Debug for Registry {
@@ -70,7 +81,9 @@ impl Registry {
             next_arbiter: AtomicUsize::new(0),
             next_generation: AtomicU64::new(0),
             replaced: AtomicU64::new(0),
+            passivated: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            epoch: Instant::now(),
         }
     }
 
@@ -95,29 +108,50 @@ impl Registry {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let arbiter =
             &self.arbiters[self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len()];
-        let (core, session) = (core.clone(), id.clone());
+        let touched = Arc::new(AtomicU64::new(self.now_ms()));
+        let (core, session, stamp) = (core.clone(), id.clone(), touched.clone());
         let addr = SessionActor::start_in_arbiter(arbiter, move |_| {
-            SessionActor::new(core, session, generation)
+            SessionActor::new(core, session, generation, stamp)
         });
         actors.insert(
             id.clone(),
             Entry {
                 addr: addr.clone(),
                 generation,
+                touched,
             },
         );
         Ok(addr)
     }
 
-    /// Removes the entry of `id` if it still belongs to incarnation `generation`.
-    pub(crate) fn forget(&self, id: &SessionId, generation: u64, replaced: bool) {
+    /// Milliseconds since the registry started: the clock of `touched` stamps.
+    pub(crate) fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Why an actor removed its entry.
+    pub(crate) fn forget(&self, id: &SessionId, generation: u64, why: Forget) {
         let mut actors = lock(&self.actors);
         if actors.get(id).is_some_and(|e| e.generation == generation) {
             actors.remove(id);
-            if replaced {
-                self.replaced.fetch_add(1, Ordering::Relaxed);
-            }
+            match why {
+                Forget::Replaced => self.replaced.fetch_add(1, Ordering::Relaxed),
+                Forget::Passivated => self.passivated.fetch_add(1, Ordering::Relaxed),
+                Forget::Stopped => 0,
+            };
         }
+    }
+
+    /// The actors whose last activity is older than `idle` (candidates for passivation).
+    fn idle_actors(&self, idle: Duration) -> Vec<Addr<SessionActor>> {
+        let cutoff = self
+            .now_ms()
+            .saturating_sub(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX));
+        lock(&self.actors)
+            .values()
+            .filter(|e| e.touched.load(Ordering::Relaxed) <= cutoff)
+            .map(|e| e.addr.clone())
+            .collect()
     }
 
     /// Removes the entry of `id` if it is `addr` (a send to it found the mailbox closed).
@@ -168,6 +202,70 @@ impl Registry {
             live: lock(&self.actors).len(),
             started: self.next_generation.load(Ordering::Relaxed),
             replaced: self.replaced.load(Ordering::Relaxed),
+            passivated: self.passivated.load(Ordering::Relaxed),
         }
+    }
+}
+
+/// Why an actor left the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Forget {
+    /// It stopped after a panicked drain; the next message starts its replacement.
+    Replaced,
+    /// It was idle longer than `idle_timeout`.
+    Passivated,
+    /// Any other stop (system shutdown, external stop).
+    Stopped,
+}
+
+/// The supervisor: passivates idle session actors on a timer.
+pub(crate) struct RegistryActor {
+    core: Arc<Core>,
+}
+
+impl RegistryActor {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Self { core }
+    }
+}
+
+impl std::fmt::Debug for RegistryActor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryActor").finish_non_exhaustive()
+    }
+}
+
+impl Actor for RegistryActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let idle = self.core.config.idle_timeout;
+        let tick = (idle / 2).clamp(Duration::from_millis(5), Duration::from_secs(5));
+        ctx.run_interval(tick, move |act, _| {
+            if act.core.registry.is_closed() {
+                return;
+            }
+            for addr in act.core.registry.idle_actors(idle) {
+                addr.do_send(Passivate);
+            }
+        });
+    }
+}
+
+/// Asks a session actor to stop if it is still idle and nothing waits on it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Passivate;
+
+/// Stops the [`RegistryActor`] (at shutdown).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct StopSupervisor;
+
+impl Handler<StopSupervisor> for RegistryActor {
+    type Result = ();
+
+    fn handle(&mut self, _: StopSupervisor, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }

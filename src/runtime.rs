@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::Arbiter;
+use actix::{Actor, Addr, Arbiter};
 use tokio::sync::broadcast;
 
 use crate::config::RuntimeConfig;
@@ -14,7 +14,7 @@ use crate::event::EventRecord;
 use crate::execution::Execution;
 use crate::persistence::{Persistence, PersistenceStats};
 use crate::registry::sweep::{self, SweepReport};
-use crate::registry::{Registry, RegistryStats};
+use crate::registry::{Registry, RegistryActor, RegistryStats, StopSupervisor};
 use crate::runner::Runner;
 use crate::service::Sessions;
 use crate::store::{self, pool::Synchronous, StoreConfig};
@@ -144,8 +144,10 @@ impl RuntimeBuilder {
             config,
             registry,
         });
+        let supervisor = RegistryActor::new(core.clone()).start();
         let runtime = Runtime {
             core,
+            supervisor,
             arbiters: Arc::new(arbiters),
         };
         if runtime.core.config.sweep_on_start {
@@ -165,6 +167,7 @@ impl RuntimeBuilder {
 #[derive(Clone)]
 pub struct Runtime {
     core: Arc<Core>,
+    supervisor: Addr<RegistryActor>,
     arbiters: Arc<Vec<Arbiter>>,
 }
 
@@ -256,6 +259,7 @@ impl Runtime {
         while !self.core.registry.active().is_empty() && Instant::now() < deadline {
             actix_rt::time::sleep(Duration::from_millis(2)).await;
         }
+        self.supervisor.do_send(StopSupervisor);
         for arbiter in self.arbiters.iter() {
             arbiter.stop();
         }

@@ -11,8 +11,8 @@ pub(crate) mod messages;
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -25,6 +25,7 @@ use crate::core::Core;
 use crate::error::{Error, StoreError};
 use crate::event::kind;
 use crate::id::SessionId;
+use crate::registry::{Forget, Passivate};
 use crate::runner::{Exit, RunError, Terminal};
 use crate::store;
 use crate::turn::Turn;
@@ -51,8 +52,8 @@ pub(crate) struct SessionActor {
     exists: bool,
     /// The running drain: its id and the handle that cancels it.
     drain: Option<(u64, SpawnHandle)>,
-    /// When the actor last did anything; drives passivation.
-    last_activity: Instant,
+    /// When the actor last did anything (registry clock, ms); the registry passivates on it.
+    touched: Arc<AtomicU64>,
     /// A drain panicked: after settling, the actor stops and is replaced.
     panicked: bool,
 }
@@ -68,7 +69,12 @@ impl std::fmt::Debug for SessionActor {
 }
 
 impl SessionActor {
-    pub(crate) fn new(core: Arc<Core>, id: SessionId, generation: u64) -> Self {
+    pub(crate) fn new(
+        core: Arc<Core>,
+        id: SessionId,
+        generation: u64,
+        touched: Arc<AtomicU64>,
+    ) -> Self {
         Self {
             core,
             id,
@@ -76,7 +82,7 @@ impl SessionActor {
             coordinator: Coordinator::new(None),
             exists: false,
             drain: None,
-            last_activity: Instant::now(),
+            touched,
             panicked: false,
         }
     }
@@ -121,8 +127,8 @@ impl SessionActor {
     /// appended, so chains of synchronous transitions never recurse.
     fn apply(&mut self, effects: Vec<Effect<ActorTokens, SettleError>>, ctx: &mut Context<Self>) {
         let mut queue: VecDeque<_> = effects.into();
+        self.touch();
         while let Some(effect) = queue.pop_front() {
-            self.last_activity = Instant::now();
             match effect {
                 Effect::Activated => self.core.registry.activate(&self.id),
                 Effect::Deactivated => self.core.registry.deactivate(&self.id),
@@ -162,9 +168,16 @@ impl SessionActor {
         }
         if self.panicked && !self.coordinator.is_active() {
             log::warn!("session {}: replacing the actor after a panic", self.id);
-            self.core.registry.forget(&self.id, self.generation, true);
+            self.core
+                .registry
+                .forget(&self.id, self.generation, Forget::Replaced);
             ctx.stop();
         }
+    }
+
+    fn touch(&self) {
+        self.touched
+            .store(self.core.registry.now_ms(), Ordering::Relaxed);
     }
 
     /// Commits the claim with `session.execution.started` (uninterruptible), then reports.
@@ -285,15 +298,6 @@ impl Actor for SessionActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(64);
         self.reload();
-        let idle = self.core.config.idle_timeout;
-        let tick = (idle / 2).clamp(Duration::from_millis(5), Duration::from_secs(5));
-        ctx.run_interval(tick, move |act, ctx| {
-            if act.coordinator.is_quiescent() && act.last_activity.elapsed() >= idle {
-                log::debug!("session {}: passivating after {idle:?} idle", act.id);
-                act.core.registry.forget(&act.id, act.generation, false);
-                ctx.stop();
-            }
-        });
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
@@ -302,7 +306,28 @@ impl Actor for SessionActor {
         if self.coordinator.is_active() {
             self.core.registry.deactivate(&self.id);
         }
-        self.core.registry.forget(&self.id, self.generation, false);
+        self.core
+            .registry
+            .forget(&self.id, self.generation, Forget::Stopped);
+    }
+}
+
+impl Handler<Passivate> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Passivate, ctx: &mut Self::Context) {
+        let idle = self.core.config.idle_timeout;
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let last = self.touched.load(Ordering::Relaxed);
+        if self.coordinator.is_quiescent()
+            && self.core.registry.now_ms().saturating_sub(last) >= idle_ms
+        {
+            log::debug!("session {}: passivating after {idle:?} idle", self.id);
+            self.core
+                .registry
+                .forget(&self.id, self.generation, Forget::Passivated);
+            ctx.stop();
+        }
     }
 }
 
