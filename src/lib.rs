@@ -20,6 +20,8 @@
 
 pub mod config;
 pub(crate) mod core;
+#[doc(hidden)]
+pub mod crash;
 pub mod error;
 pub mod event;
 pub mod execution;

@@ -22,6 +22,7 @@ use serde_json::json;
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
 use self::messages::{AwaitIdle, Close, Interrupt, Resume, Wake};
 use crate::core::Core;
+use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::event::kind;
 use crate::id::SessionId;
@@ -185,6 +186,7 @@ impl SessionActor {
         let persistence = self.core.persistence.clone();
         let id = self.id.clone();
         let data = json!({ "boot": self.core.boot });
+        crash::point(crash::BEFORE_CLAIM);
         let commit = async move {
             persistence
                 .write(move |w| w.publish(&id, kind::EXECUTION_STARTED, &data).map(|_| ()))
@@ -195,6 +197,9 @@ impl SessionActor {
                 log::error!("session {}: claim failed: {e}", act.id);
                 Exit::Failure(RunError::Other(format!("claim failed: {e}")))
             });
+            if result.is_ok() {
+                crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
+            }
             let effects = act.coordinator.started(execution, result);
             act.apply(effects, ctx);
         }));
@@ -241,6 +246,7 @@ impl SessionActor {
         let persistence = self.core.persistence.clone();
         let id = self.id.clone();
         let (event, data) = terminal_event(&terminal);
+        crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
         let best_effort = matches!(
             terminal,
             Terminal::Interrupted {

@@ -83,6 +83,9 @@ impl Turn {
             .persistence
             .write(move |w| {
                 let promoted = store::promote_steer(w.conn(), &id, cutoff, store::now_ms())?;
+                if !promoted.is_empty() {
+                    crate::crash::point(crate::crash::DURING_PROMOTION);
+                }
                 Ok(promoted
                     .into_iter()
                     .map(|(admission, event)| {
@@ -105,12 +108,14 @@ impl Turn {
             .core
             .persistence
             .write(move |w| {
-                Ok(store::promote_queue(w.conn(), &id, store::now_ms())?.map(
-                    |(admission, event)| {
-                        w.record(event);
-                        admission
-                    },
-                ))
+                let promoted = store::promote_queue(w.conn(), &id, store::now_ms())?;
+                if promoted.is_some() {
+                    crate::crash::point(crate::crash::DURING_PROMOTION);
+                }
+                Ok(promoted.map(|(admission, event)| {
+                    w.record(event);
+                    admission
+                }))
             })
             .await?;
         Ok(promoted)

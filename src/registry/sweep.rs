@@ -59,6 +59,7 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
             Ok(counted)
         })
         .await?;
+    crate::crash::point(crate::crash::SWEEP_AFTER_COUNT);
     // (4b) Terminalize the turns over budget; publish the continue notice for the rest.
     let max = core.config.max_resume_attempts;
     let (resumed, terminalized) = persistence
