@@ -209,6 +209,7 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
     // an actor whose turn is running.
     actix_rt::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(runtime.stats().registry.live, 1);
+    assert_eq!(runtime.stats().registry.passivated, 0);
     assert!(runtime.execution().active().contains(&s));
     gate.release();
     assert_eq!(turn.await.unwrap().unwrap(), Terminal::Succeeded);
@@ -217,8 +218,9 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
         runtime.stats().registry.live == 0
     })
     .await;
-    let started = runtime.stats().registry.started;
-    assert_eq!(runtime.stats().registry.replaced, 0);
+    let stats = runtime.stats().registry;
+    assert_eq!((stats.passivated, stats.replaced), (1, 0));
+    let started = stats.started;
 
     // A wake reaches a new actor, which finds the stored session and drains it.
     runtime.execution().wake(&s, None).await.unwrap();
@@ -250,6 +252,7 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
         runtime.stats().registry.live == 0
     })
     .await;
+    assert_eq!(runtime.stats().registry.passivated, 2);
     runtime.shutdown().await;
 }
 
