@@ -1,4 +1,26 @@
 //! [`Sessions`]: the session service applications call.
+//!
+//! The service is split by concept:
+//! - this file: the handle, [`CreateSession`] and the session rows (`create`, `get`, `list`);
+//! - `prompt`: prompt admission ([`PromptInput`], `prompt`) and inbox reprojection;
+//! - `control`: execution control through the service (`interrupt`, `resume`, `switch_model`,
+//!   `await_idle`, `active`);
+//! - `transcript`: `messages`, `message` and `context`;
+//! - `events`: the replay-then-live [`SessionEvents`] stream;
+//! - `validate`: the input limits every method checks before touching the store (SPEC §7);
+//! - `sql`: the few statements the service runs itself.
+//!
+//! Every method validates its input first (an invalid input is [`Error::InvalidInput`] and
+//! nothing is read or written), then checks that the session exists ([`Error::NotFound`]), then
+//! does its work. Writes go through the Persistence actor; a check-and-write runs inside one
+//! write request, so the single writer serializes it against every other write.
+
+mod control;
+mod events;
+mod prompt;
+mod sql;
+mod transcript;
+mod validate;
 
 use std::sync::Arc;
 
@@ -7,8 +29,12 @@ use serde::{Deserialize, Serialize};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::model::SessionInfo;
+use crate::model::{ListQuery, SessionInfo};
 use crate::store;
+
+pub use events::SessionEvents;
+pub use prompt::{PromptInput, Reprojection};
+pub use validate::{MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES};
 
 /// What [`Sessions::create`] takes.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -28,6 +54,8 @@ pub struct CreateSession {
 }
 
 /// The session service: create, list, prompt, read transcripts and event streams. Cheap to clone.
+///
+/// Every method must be called inside the actix `System` the runtime was started in.
 #[derive(Clone)]
 pub struct Sessions {
     pub(crate) core: Arc<Core>,
@@ -65,20 +93,32 @@ impl Sessions {
     }
 
     /// Creates a session, idempotently by id: an existing id returns the stored session
-    /// unchanged, and concurrent creates of one id yield one row and the same answer.
+    /// unchanged (the other fields are ignored), and concurrent creates of one id yield one row,
+    /// one `session.created` event and the same answer. The row and its `session.created` event
+    /// (seq 0) commit together.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when `parent_id` names no session; [`Error::InvalidInput`] for a bad
-    /// title or directory; [`Error::Store`] when the write fails.
+    /// [`Error::NotFound`] when `parent_id` names no session (checked only when `id` is not
+    /// stored yet); [`Error::InvalidInput`] for a title over [`MAX_TEXT_BYTES`], a directory over
+    /// 4096 bytes or with control characters, a bad agent name, or a model that is not a JSON
+    /// object or string within [`MAX_MODEL_BYTES`]; [`Error::Store`] when the write fails.
     pub async fn create(&self, input: CreateSession) -> Result<SessionInfo> {
-        if input.title.as_ref().is_some_and(|t| t.len() > 1024) {
-            return Err(Error::invalid("title", "longer than 1024 bytes"));
-        }
-        if input.directory.len() > 4096 || input.directory.chars().any(char::is_control) {
+        if input
+            .title
+            .as_ref()
+            .is_some_and(|t| t.len() > MAX_TEXT_BYTES)
+        {
             return Err(Error::invalid(
-                "directory",
-                "longer than 4096 bytes or contains control characters",
+                "title",
+                format!("longer than {MAX_TEXT_BYTES} bytes"),
             ));
+        }
+        validate::directory(&input.directory)?;
+        if let Some(agent) = &input.agent {
+            validate::name("agent", agent)?;
+        }
+        if let Some(model) = &input.model {
+            validate::model(model)?;
         }
         let now = store::now_ms();
         let id = input.id.unwrap_or_else(SessionId::generate);
@@ -108,7 +148,10 @@ impl Sessions {
                         return Ok(Err(parent.clone()));
                     }
                 }
-                let (stored, _) = store::create_session(w.conn(), &info)?;
+                let (stored, event) = store::create_session(w.conn(), &info)?;
+                if let Some(event) = event {
+                    w.record(event);
+                }
                 Ok(Ok(stored))
             })
             .await?;
@@ -118,7 +161,7 @@ impl Sessions {
     /// The stored session.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when there is none.
+    /// [`Error::NotFound`] when there is none; [`Error::Store`] when the read fails.
     pub async fn get(&self, id: &SessionId) -> Result<SessionInfo> {
         let key = id.clone();
         self.core
@@ -128,6 +171,47 @@ impl Sessions {
             .ok_or_else(|| Error::NotFound {
                 session_id: id.clone(),
             })
+    }
+
+    /// Sessions matching `query` (reference §5): exact `directory`, parent filter, `search`
+    /// (title contains the text, `%` and `_` taken literally), sorted on `(time_created, id)` in
+    /// `order` (newest first by default), keyset-paged from `anchor`. A `previous` anchor reads
+    /// the page before the anchor; every page reads in the requested order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a `limit` outside `1..=`[`MAX_PAGE_SIZE`], a `search` over
+    /// [`MAX_TEXT_BYTES`] or with control characters, or a bad `directory`; [`Error::Store`] when
+    /// the read fails.
+    pub async fn list(&self, query: ListQuery) -> Result<Vec<SessionInfo>> {
+        validate::limit(query.limit)?;
+        if let Some(directory) = &query.directory {
+            validate::directory(directory)?;
+        }
+        if let Some(search) = &query.search {
+            validate::text("search", search)?;
+        }
+        Ok(self
+            .core
+            .persistence
+            .read(move |conn| store::list_sessions(conn, &query))
+            .await?)
+    }
+
+    /// Fails with [`Error::NotFound`] unless `id` is stored.
+    pub(crate) async fn require(&self, id: &SessionId) -> Result<()> {
+        let key = id.clone();
+        let exists = self
+            .core
+            .persistence
+            .read(move |conn| store::session_exists(conn, &key))
+            .await?;
+        if exists {
+            Ok(())
+        } else {
+            Err(Error::NotFound {
+                session_id: id.clone(),
+            })
+        }
     }
 }
 

@@ -1,0 +1,124 @@
+//! Execution control through the session service: `interrupt`, `resume`, `await_idle`,
+//! `switch_model` and the `active` registry (reference §4 and §5).
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use super::{validate, Sessions};
+use crate::error::{Error, Result, StoreError};
+use crate::event::{kind, EventRecord};
+use crate::execution::Execution;
+use crate::id::{MessageId, SessionId};
+use crate::runner::Terminal;
+use crate::store;
+
+impl Sessions {
+    /// The execution handle of the same runtime.
+    pub fn execution(&self) -> Execution {
+        Execution {
+            core: self.core.clone(),
+        }
+    }
+
+    /// The sessions with a turn in this process, including ones starting or settling
+    /// (the execution registry, [`Execution::active`]).
+    pub fn active(&self) -> BTreeSet<SessionId> {
+        self.execution().active()
+    }
+
+    /// Interrupts the session as a user interrupt.
+    ///
+    /// For a stored session, first commits `session.interrupt.requested` (data
+    /// `{"sessionID": …}`); its seq is the interrupt fence: the running turn is interrupted
+    /// unless it serves work admitted after the fence, and wakes for prompts admitted at or
+    /// before it are dropped — durably, a restarted process loads the fence too. Prompts
+    /// admitted later still run. For an id with no stored session, delegates a seq-less
+    /// interrupt (delegation does not require the session to exist) and records nothing.
+    ///
+    /// Returns whether a running turn was interrupted (it then committed `interrupted{user}`
+    /// and released its claim before this returns). The work runs on a task of its own, so a
+    /// caller that stops waiting does not cut it between the event and the interrupt.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the event cannot be committed (then nothing was interrupted);
+    /// [`Error::ShuttingDown`] while the runtime shuts down.
+    pub async fn interrupt(&self, session_id: &SessionId) -> Result<bool> {
+        let this = self.clone();
+        let id = session_id.clone();
+        actix_rt::spawn(async move {
+            let key = id.clone();
+            let fence = this
+                .core
+                .persistence
+                .write(move |w| {
+                    if !store::session_exists(w.conn(), &key)? {
+                        return Ok(None);
+                    }
+                    let data = json!({ "sessionID": key });
+                    Ok(Some(w.publish(&key, kind::INTERRUPT_REQUESTED, &data)?.seq))
+                })
+                .await?;
+            this.execution().interrupt(&id, fence).await
+        })
+        .await
+        .map_err(|e| {
+            Error::Store(StoreError::Inconsistent(format!(
+                "interrupt task failed: {e}"
+            )))
+        })?
+    }
+
+    /// Runs a forced turn of the session (or joins the running one) and returns how it ended.
+    /// Appends no prompt and does not wake.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the session is not stored; [`Error::ShuttingDown`] while
+    /// shutting down; [`Error::Store`] when the turn's terminal could not be recorded.
+    pub async fn resume(&self, session_id: &SessionId) -> Result<Terminal> {
+        self.require(session_id).await?;
+        self.execution().resume(session_id).await
+    }
+
+    /// Resolves once no turn of the session runs in this process (through successor turns);
+    /// at once when idle. Never starts work. (The reference's `wait`.)
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the session is not stored; [`Error::ShuttingDown`] while
+    /// shutting down.
+    pub async fn await_idle(&self, session_id: &SessionId) -> Result<()> {
+        self.require(session_id).await?;
+        self.execution().await_idle(session_id).await
+    }
+
+    /// Publishes `session.model.switched` (data `{"sessionID", "messageID", "model"}`, with a
+    /// fresh message id) and returns the committed event. The stored session row is not
+    /// changed: the event log is the record of the switch.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when `model` is not a JSON object or string within
+    /// [`super::MAX_MODEL_BYTES`]; [`Error::NotFound`] when the session is not stored;
+    /// [`Error::Store`] when the write fails.
+    pub async fn switch_model(&self, session_id: &SessionId, model: Value) -> Result<EventRecord> {
+        validate::model(&model)?;
+        let key = session_id.clone();
+        let event = self
+            .core
+            .persistence
+            .write(move |w| {
+                if !store::session_exists(w.conn(), &key)? {
+                    return Ok(None);
+                }
+                let data = json!({
+                    "sessionID": key,
+                    "messageID": MessageId::generate(),
+                    "model": model,
+                });
+                w.publish(&key, kind::MODEL_SWITCHED, &data).map(Some)
+            })
+            .await?;
+        event.ok_or_else(|| Error::NotFound {
+            session_id: session_id.clone(),
+        })
+    }
+}

@@ -1,0 +1,243 @@
+//! [`SessionEvents`]: a session's durable event log replayed from a sequence number, then
+//! followed live, with no gap and no duplicate at the switch.
+//!
+//! The technique: subscribe to the bus *first*, then replay from the store in pages (seq greater
+//! than the last one yielded), then take live events of this session from the subscription,
+//! skipping any seq already yielded. Every event is committed before it is broadcast, and
+//! broadcast in commit order, so an event is either in the store when a page is read or
+//! arrives on the subscription afterwards. The bus is bounded: a subscriber that falls behind
+//! is told it lagged (the runtime never waits for it and never buffers more for it), and the
+//! stream heals itself by re-reading the missed range from the store.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::Stream;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use super::Sessions;
+use crate::core::Core;
+use crate::error::Result;
+use crate::event::EventRecord;
+use crate::id::SessionId;
+use crate::store;
+
+/// Events read from the store per replay page.
+const REPLAY_PAGE: usize = 256;
+
+/// How often a quiet stream checks whether the runtime shut down.
+const CLOSED_POLL: Duration = Duration::from_millis(500);
+
+/// The follower's state; moved into the in-flight future while a read is pending.
+struct Follow {
+    core: Arc<Core>,
+    session_id: SessionId,
+    /// The seq of the last event yielded (or the `after` the stream started from).
+    last: Option<u64>,
+    receiver: broadcast::Receiver<Arc<EventRecord>>,
+    /// Replayed events not yet yielded.
+    buffer: VecDeque<Arc<EventRecord>>,
+    /// Read the store before taking live events again.
+    replay: bool,
+    /// The runtime stopped: yield what the store still holds, then end.
+    closing: bool,
+    /// Times the subscription lagged (or skipped a seq) and the store was re-read.
+    heals: u64,
+}
+
+type Item = Result<Arc<EventRecord>>;
+
+impl Follow {
+    async fn next_event(&mut self) -> Option<Item> {
+        loop {
+            if let Some(event) = self.buffer.pop_front() {
+                self.last = Some(event.seq);
+                return Some(Ok(event));
+            }
+            if self.replay {
+                let (id, after) = (self.session_id.clone(), self.last);
+                let page = self
+                    .core
+                    .persistence
+                    .read(move |conn| store::events_after(conn, &id, after, REPLAY_PAGE))
+                    .await;
+                match page {
+                    Ok(page) => {
+                        self.replay = page.len() == REPLAY_PAGE;
+                        self.buffer.extend(page.into_iter().map(Arc::new));
+                        continue;
+                    }
+                    // The next call retries the same page.
+                    Err(e) => return Some(Err(e.into())),
+                }
+            }
+            if self.closing {
+                return None;
+            }
+            match tokio::time::timeout(CLOSED_POLL, self.receiver.recv()).await {
+                Err(_quiet) => {
+                    if self.core.registry.is_closed() {
+                        self.closing = true;
+                        self.replay = true;
+                    }
+                }
+                Ok(Ok(event)) => {
+                    if event.session_id != self.session_id {
+                        continue;
+                    }
+                    let expected = self.last.map_or(0, |seq| seq + 1);
+                    if event.seq < expected {
+                        continue;
+                    }
+                    if event.seq > expected {
+                        // Cannot happen without a lag; the store has it all anyway.
+                        self.heals += 1;
+                        self.replay = true;
+                        continue;
+                    }
+                    self.last = Some(event.seq);
+                    return Some(Ok(event));
+                }
+                Ok(Err(RecvError::Lagged(missed))) => {
+                    log::debug!(
+                        "events of {}: subscriber lagged by {missed}; re-reading the store",
+                        self.session_id
+                    );
+                    self.heals += 1;
+                    self.replay = true;
+                }
+                Ok(Err(RecvError::Closed)) => {
+                    self.closing = true;
+                    self.replay = true;
+                }
+            }
+        }
+    }
+}
+
+/// A session's durable events with seq greater than a starting point, in order, then live
+/// (see [`Sessions::events`]). Read it with [`SessionEvents::next`] or as a
+/// [`futures::Stream`]. Dropping it unsubscribes.
+///
+/// The stream ends (`None`) once the runtime has shut down and every committed event of the
+/// session was yielded. An `Err` item is a failed store read; reading on retries it.
+pub struct SessionEvents {
+    /// The follower, when no read is in flight; `None` once the stream ended.
+    idle: Option<Follow>,
+    /// The read in flight: it owns the follower until it completes.
+    pending: Option<BoxFuture<'static, (Follow, Option<Item>)>>,
+    session_id: SessionId,
+    last: Option<u64>,
+    heals: u64,
+}
+
+impl std::fmt::Debug for SessionEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionEvents")
+            .field("session_id", &self.session_id)
+            .field("last_seq", &self.last)
+            .field("heals", &self.heals)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SessionEvents {
+    /// The next event; `None` once the stream ended.
+    ///
+    /// Cancel-safe: dropping the returned future loses nothing, the next call resumes the
+    /// same read.
+    pub async fn next(&mut self) -> Option<Item> {
+        futures::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
+    /// The session followed.
+    pub fn session_id(&self) -> &SessionId {
+        &self.session_id
+    }
+
+    /// The seq of the last event yielded (or the `after` the stream started from): a client
+    /// that reconnects with it as `after` continues without a gap or a duplicate.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.last
+    }
+
+    /// How many times the stream fell behind the bus and re-read the missed events from the
+    /// store.
+    pub fn heals(&self) -> u64 {
+        self.heals
+    }
+}
+
+impl Stream for SessionEvents {
+    type Item = Item;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        let this = &mut *self;
+        if this.pending.is_none() {
+            let Some(mut follow) = this.idle.take() else {
+                return Poll::Ready(None);
+            };
+            this.pending = Some(Box::pin(async move {
+                let item = follow.next_event().await;
+                (follow, item)
+            }));
+        }
+        let Some(pending) = this.pending.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match pending.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready((follow, item)) => {
+                this.pending = None;
+                this.last = follow.last;
+                this.heals = follow.heals;
+                if item.is_some() {
+                    this.idle = Some(follow);
+                }
+                Poll::Ready(item)
+            }
+        }
+    }
+}
+
+impl Sessions {
+    /// The session's durable events with seq strictly greater than `after` (all when `None`),
+    /// in seq order, then live as they commit — with no gap and no duplicate at the switch from
+    /// replay to live, even while other tasks publish to the session. A slow reader never
+    /// slows the runtime: when it falls behind the bounded bus it re-reads what it missed from
+    /// the store.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
+    /// the check fails.
+    pub async fn events(
+        &self,
+        session_id: &SessionId,
+        after: Option<u64>,
+    ) -> Result<SessionEvents> {
+        // Subscribe first: everything committed from here on arrives live, everything before is
+        // in the store when the first page is read.
+        let receiver = self.core.persistence.subscribe();
+        self.require(session_id).await?;
+        Ok(SessionEvents {
+            idle: Some(Follow {
+                core: self.core.clone(),
+                session_id: session_id.clone(),
+                last: after,
+                receiver,
+                buffer: VecDeque::new(),
+                replay: true,
+                closing: false,
+                heals: 0,
+            }),
+            pending: None,
+            session_id: session_id.clone(),
+            last: after,
+            heals: 0,
+        })
+    }
+}
