@@ -1,9 +1,9 @@
 //! Supervision of session actors: a panicking drain is contained to its own session (recorded as
 //! `failed{panic}`, claim released, actor replaced, arbiter and other sessions unaffected); an
-//! idle actor is passivated and a later wake starts a fresh one from the store; a graceful
-//! shutdown cancels drains but keeps every claim for the next boot; many sessions drain at once
-//! across arbiters with contiguous event logs; and any number of wakes during a drain coalesce
-//! into exactly one follow-up drain.
+//! idle actor is passivated and a later wake starts a fresh one that reloads the session,
+//! durable interrupt fence included, from the store; a graceful shutdown cancels drains but keeps
+//! every claim for the next boot; many sessions drain at once across arbiters with contiguous
+//! event logs; and any number of wakes during a drain coalesce into exactly one follow-up drain.
 
 mod common;
 
@@ -253,6 +253,48 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
     })
     .await;
     assert_eq!(runtime.stats().registry.passivated, 2);
+    runtime.shutdown().await;
+}
+
+/// The interrupt fence survives passivation: a fresh actor reloads it from the stored
+/// `session.interrupt.requested` event, drops a wake at or below it and runs one above it.
+#[actix_rt::test]
+async fn a_fresh_actor_after_passivation_reloads_the_durable_interrupt_fence() {
+    let db = TestDb::new();
+    let runner = ScriptedRunner::new();
+    let runtime = db
+        .builder(&runner)
+        .idle_timeout(Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    let s = create(&runtime, "s", None).await;
+    // Nothing runs: the request is recorded (the fence) and nothing is interrupted.
+    assert!(!runtime.sessions().interrupt(&s).await.unwrap());
+    let requested = testing::events_of_kind(&db.path, &s, kind::INTERRUPT_REQUESTED).unwrap();
+    assert_eq!(requested.len(), 1);
+    let fence = requested[0].seq;
+
+    wait_for("the idle actor to be passivated", || {
+        runtime.stats().registry.live == 0
+    })
+    .await;
+    let started = runtime.stats().registry.started;
+    let execution = runtime.execution();
+    // A wake handled by the fresh actor starts its turn synchronously (the session enters
+    // `active()` before `wake` returns), so a dropped wake is visible at once.
+    execution.wake(&s, Some(fence)).await.unwrap();
+    assert_eq!(runtime.stats().registry.started, started + 1);
+    assert!(!execution.active().contains(&s), "a stale wake is dropped");
+    assert!(!testing::is_claimed(&db.path, &s).unwrap());
+
+    execution.wake(&s, Some(fence + 1)).await.unwrap();
+    runner.wait_for_drains(1, WAIT).await;
+    execution.await_idle(&s).await.unwrap();
+    let drains = runner.drains();
+    assert_eq!(drains.len(), 1);
+    assert_eq!(drains[0].wake_seq, Some(fence + 1));
+    assert!(!testing::is_claimed(&db.path, &s).unwrap());
     runtime.shutdown().await;
 }
 
