@@ -96,10 +96,11 @@ impl Registry {
         core: &Arc<Core>,
         id: &SessionId,
     ) -> Result<Addr<SessionActor>, Error> {
+        let mut actors = lock(&self.actors);
+        // Checked under the lock `close` takes, so no actor starts after `close` listed them.
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::ShuttingDown);
         }
-        let mut actors = lock(&self.actors);
         if let Some(entry) = actors.get(id) {
             if entry.addr.connected() {
                 return Ok(entry.addr.clone());
@@ -184,11 +185,9 @@ impl Registry {
 
     /// Stops handing out actors; returns the live ones so they can be closed.
     pub(crate) fn close(&self) -> Vec<Addr<SessionActor>> {
+        let actors = lock(&self.actors);
         self.closed.store(true, Ordering::Release);
-        lock(&self.actors)
-            .values()
-            .map(|e| e.addr.clone())
-            .collect()
+        actors.values().map(|e| e.addr.clone()).collect()
     }
 
     /// Whether `close` was called.

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
@@ -220,7 +221,11 @@ impl SessionActor {
             wake_seq,
         );
         let runner = self.core.runner.clone();
-        let future = AssertUnwindSafe(async move { runner.drain(turn).await }).catch_unwind();
+        let future = DropSafe(Some(
+            AssertUnwindSafe(async move { runner.drain(turn).await })
+                .catch_unwind()
+                .boxed_local(),
+        ));
         let handle = ctx.spawn(future.into_actor(self).map(move |result, act, ctx| {
             if act.drain.as_ref().is_some_and(|(d, _)| *d == drain) {
                 act.drain = None;
@@ -273,6 +278,34 @@ impl SessionActor {
             let effects = act.coordinator.settled(result);
             act.apply(effects, ctx);
         }));
+    }
+}
+
+/// A drain future whose *drop* (cancellation) cannot unwind into the actor: a panic raised
+/// while the runner's future is dropped is caught and logged.
+struct DropSafe<T>(Option<LocalBoxFuture<'static, T>>);
+
+impl<T> std::future::Future for DropSafe<T> {
+    type Output = T;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
+        match self.0.as_mut() {
+            Some(future) => future.as_mut().poll(cx),
+            None => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl<T> Drop for DropSafe<T> {
+    fn drop(&mut self) {
+        if let Some(future) = self.0.take() {
+            if std::panic::catch_unwind(AssertUnwindSafe(move || drop(future))).is_err() {
+                log::error!("a drain panicked while being cancelled; the panic was contained");
+            }
+        }
     }
 }
 

@@ -463,3 +463,61 @@ async fn fifty_wakes_during_a_drain_coalesce_into_one_follow_up_drain() {
     assert!(!testing::is_claimed(&db.path, &s).unwrap());
     runtime.shutdown().await;
 }
+
+/// Panics in `Drop` when the drain future holding it is dropped (cancelled).
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("scripted panic while the drain is dropped");
+        }
+    }
+}
+
+/// A drain that panics while being cancelled by a user interrupt is still recorded as
+/// `interrupted{user}` with its claim released; the session keeps serving.
+#[actix_rt::test]
+async fn a_drain_that_panics_while_cancelled_still_records_the_user_interrupt() {
+    let db = TestDb::new();
+    let runner = ScriptedRunner::new();
+    let runtime = db.start(&runner).await;
+    let s = create(&runtime, "s", None).await;
+    runner.push(
+        &s,
+        Script::custom(|_turn| async move {
+            let _guard = PanicsOnDrop;
+            futures::future::pending::<()>().await;
+            Ok(())
+        }),
+    );
+    let execution = runtime.execution();
+    execution.wake(&s, None).await.unwrap();
+    runner.wait_for_drains(1, WAIT).await;
+
+    assert!(execution.interrupt(&s, None).await.unwrap());
+    let interrupted = testing::events_of_kind(&db.path, &s, kind::EXECUTION_INTERRUPTED).unwrap();
+    assert_eq!(interrupted.len(), 1);
+    assert_eq!(interrupted[0].data, json!({"reason": "user"}));
+    assert!(!testing::is_claimed(&db.path, &s).unwrap());
+    assert_eq!(execution.resume(&s).await.unwrap(), Terminal::Succeeded);
+    runtime.shutdown().await;
+}
+
+/// A caller answered with its turn's outcome never sees the session still in `active()`.
+#[actix_rt::test]
+async fn a_session_leaves_active_before_its_callers_are_answered() {
+    let db = TestDb::new();
+    let runner = ScriptedRunner::new();
+    let runtime = db.start(&runner).await;
+    let s = create(&runtime, "s", None).await;
+    let execution = runtime.execution();
+    for _ in 0..200 {
+        assert_eq!(execution.resume(&s).await.unwrap(), Terminal::Succeeded);
+        assert!(
+            !execution.active().contains(&s),
+            "still active after resume returned"
+        );
+    }
+    runtime.shutdown().await;
+}
