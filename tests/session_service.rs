@@ -1168,3 +1168,36 @@ async fn rejects_invalid_input_and_writes_nothing() {
     assert_eq!(row_counts(&db)[1], before[1] + 1);
     runtime.shutdown().await;
 }
+
+/// After the runtime shuts down, an event stream yields what was committed (including the
+/// shutdown interruption of a running turn) and then ends.
+#[actix_rt::test]
+async fn an_event_stream_ends_after_shutdown() {
+    let db = TestDb::new();
+    let runner = ScriptedRunner::new();
+    let runtime = db.start(&runner).await;
+    let sessions = runtime.sessions();
+    let s = create(&runtime, "s", None).await;
+    runner.push(&s, Script::Never);
+    let mut stream = sessions.events(&s, Some(0)).await.unwrap();
+    sessions
+        .prompt(PromptInput::new(s.clone(), text("go")))
+        .await
+        .unwrap();
+    runner.wait_for_drains_of(&s, 1, WAIT).await;
+    runtime.shutdown().await;
+
+    let mut kinds = Vec::new();
+    while let Some(item) = tokio::time::timeout(WAIT, stream.next()).await.unwrap() {
+        kinds.push(item.unwrap().kind.clone());
+    }
+    assert_eq!(
+        kinds,
+        [
+            kind::PROMPT_ADMITTED,
+            kind::EXECUTION_STARTED,
+            kind::EXECUTION_INTERRUPTED
+        ]
+    );
+    assert!(stream.next().await.is_none());
+}
