@@ -536,7 +536,16 @@ impl<T: Tokens, E> Coordinator<T, E> {
             return Vec::new();
         }
         let terminal = e.terminal.expect("a settling execution has a terminal");
-        if !terminal.is_success() && self.chain_failure.is_none() {
+        // Being stopped by scope close is not a failure of the chain: idle waiters are released
+        // (reference §2.6, "after the coordinator's scope closes ... awaitIdle returns").
+        let closed_by_scope = self.closed
+            && e.deliberate
+            && e.reason.is_none()
+            && terminal
+                == Terminal::Interrupted {
+                    reason: InterruptReason::Shutdown,
+                };
+        if !terminal.is_success() && !closed_by_scope && self.chain_failure.is_none() {
             self.chain_failure = Some(terminal.clone());
         }
         let mut effects: Vec<Effect<T, E>> = Vec::new();
