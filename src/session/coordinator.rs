@@ -332,9 +332,9 @@ impl<T: Tokens, E> Coordinator<T, E> {
                 e.runs.push(token);
                 if e.mode == Mode::Wake {
                     if e.phase == Phase::Starting {
-                        // The first drain has not begun: it simply becomes forced.
+                        // The first drain has not begun: it simply becomes forced. It keeps the
+                        // wake's seq, so an older interrupt still cannot cancel that newer work.
                         e.mode = Mode::Run;
-                        e.wake_seq = None;
                     } else {
                         e.upgrade = true;
                     }

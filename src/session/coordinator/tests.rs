@@ -1399,3 +1399,34 @@ fn trampolines_synchronous_self_waking_execution() {
     assert_eq!(sim.runs(S), LIMIT);
     assert!(sim.active().is_empty());
 }
+
+// ---- regressions found by the property test ---------------------------------------------------
+
+/// A run that joins a wake-started execution still in its start hook makes the first drain
+/// forced, but keeps the wake's fence: an interrupt older than the wake does not cancel it.
+#[test]
+fn a_run_joining_a_starting_wake_keeps_its_interrupt_fence() {
+    let mut sim = Sim::new();
+    sim.hold_starts = true;
+    sim.wake(S, Some(7));
+    let run = sim.run(S);
+    let interrupt = sim.interrupt(S, Some(5));
+    assert_eq!(sim.interrupt_answer(interrupt), Some(false));
+    sim.release_start(S, Ok(()));
+    assert_eq!(sim.modes(S), [Mode::Run]);
+    assert_eq!(sim.wake_seqs(S), [Some(7)]);
+
+    sim.complete_all_immediate();
+    assert_eq!(sim.run_answer(run), Some(&succeeded()));
+    assert_eq!(sim.runs(S), 1);
+    assert!(!sim.has_pending_work());
+
+    // A newer interrupt still stops such a drain.
+    sim.wake(S, Some(9));
+    let run = sim.run(S);
+    let interrupt = sim.interrupt(S, Some(10));
+    sim.release_start(S, Ok(()));
+    assert_eq!(sim.run_answer(run), Some(&Ok(user())));
+    assert_eq!(sim.interrupt_answer(interrupt), Some(true));
+    assert_eq!(sim.runs(S), 1);
+}
