@@ -116,32 +116,51 @@ pub enum Phase {
     Settling,
 }
 
-/// A rung doorbell: `seq` is the max admission seq of the coalesced wakes, `None` when any of
-/// them was unsequenced.
+/// A rung doorbell: `seq` is the max admission seq of the coalesced sequenced wakes, and
+/// `unsequenced` whether any of them had no seq. The two parts are kept apart so that an
+/// interrupt, which covers every unsequenced wake, does not also drop a newer sequenced one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Bell {
     seq: Option<Seq>,
+    unsequenced: bool,
 }
 
 impl Bell {
     fn merge(existing: Option<Bell>, seq: Option<Seq>) -> Bell {
-        match existing {
-            None => Bell { seq },
-            Some(bell) => Bell {
-                seq: match (bell.seq, seq) {
-                    (Some(a), Some(b)) => Some(a.max(b)),
-                    _ => None,
-                },
+        let bell = existing.unwrap_or(Bell {
+            seq: None,
+            unsequenced: false,
+        });
+        match seq {
+            None => Bell {
+                unsequenced: true,
+                ..bell
+            },
+            Some(s) => Bell {
+                seq: Some(bell.seq.map_or(s, |b| b.max(s))),
+                ..bell
             },
         }
     }
 
-    /// Whether an interrupt with `seq` (None = unsequenced) covers this bell.
-    fn covered_by(self, seq: Option<Seq>) -> bool {
+    /// The fence of a drain serving this bell: None when any of its wakes was unsequenced.
+    fn wake_seq(self) -> Option<Seq> {
+        if self.unsequenced {
+            None
+        } else {
+            self.seq
+        }
+    }
+
+    /// What an interrupt with `seq` (None = unsequenced) leaves of this bell: it covers the
+    /// unsequenced wakes and the wakes at or before `seq`.
+    fn after_interrupt(self, seq: Option<Seq>) -> Option<Bell> {
         match (seq, self.seq) {
-            (None, _) => true,
-            (Some(_), None) => true,
-            (Some(s), Some(b)) => b <= s,
+            (Some(s), Some(b)) if b > s => Some(Bell {
+                seq: Some(b),
+                unsequenced: false,
+            }),
+            _ => None,
         }
     }
 }
@@ -371,9 +390,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         };
         if e.phase == Phase::Settling {
             // The outcome is decided; no reason attaches. Drop the wakes this interrupt covers.
-            if e.bell.is_some_and(|b| b.covered_by(seq)) {
-                e.bell = None;
-            }
+            e.bell = e.bell.and_then(|b| b.after_interrupt(seq));
             return vec![Effect::AnswerInterrupt(token, false)];
         }
         if e.stopping {
@@ -381,9 +398,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             if let Some(s) = seq {
                 if e.interrupt_seq.is_none_or(|b| s > b) {
                     e.interrupt_seq = Some(s);
-                    if e.bell.is_some_and(|b| b.covered_by(Some(s))) {
-                        e.bell = None;
-                    }
+                    e.bell = e.bell.and_then(|b| b.after_interrupt(Some(s)));
                 }
             }
             e.interrupters.push(token);
@@ -392,9 +407,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         if let (Some(s), Some(w)) = (seq, e.wake_seq) {
             if w > s {
                 // The running drain serves work admitted after the interrupt.
-                if e.bell.is_some_and(|b| b.covered_by(seq)) {
-                    e.bell = None;
-                }
+                e.bell = e.bell.and_then(|b| b.after_interrupt(seq));
                 return vec![Effect::AnswerInterrupt(token, false)];
             }
         }
@@ -403,9 +416,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         e.interrupt_seq = seq;
         e.reason = Some(reason);
         e.upgrade = false;
-        if e.bell.is_some_and(|b| b.covered_by(seq)) {
-            e.bell = None;
-        }
+        e.bell = e.bell.and_then(|b| b.after_interrupt(seq));
         e.interrupters.push(token);
         if e.phase == Phase::Draining {
             vec![Effect::Cancel { drain: e.drain }]
@@ -480,7 +491,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             let (mode, wake_seq) = if e.upgrade {
                 (Mode::Run, None)
             } else {
-                (Mode::Wake, e.bell.and_then(|b| b.seq))
+                (Mode::Wake, e.bell.and_then(Bell::wake_seq))
             };
             e.upgrade = false;
             e.bell = None;
@@ -558,10 +569,14 @@ impl<T: Tokens, E> Coordinator<T, E> {
         for token in e.interrupters {
             effects.push(Effect::AnswerInterrupt(token, true));
         }
-        let bell = e.bell.filter(|b| !self.is_stale(b.seq));
+        // Drop what the fence covers (an interrupt raised it while this execution settled).
+        let bell = match self.boundary {
+            None => e.bell,
+            Some(boundary) => e.bell.and_then(|b| b.after_interrupt(Some(boundary))),
+        };
         if !self.closed && (!e.post_stop_runs.is_empty() || bell.is_some()) {
             let (mode, seq) = if e.post_stop_runs.is_empty() {
-                (Mode::Wake, bell.and_then(|b| b.seq))
+                (Mode::Wake, bell.and_then(Bell::wake_seq))
             } else {
                 (Mode::Run, None)
             };

@@ -1430,3 +1430,27 @@ fn a_run_joining_a_starting_wake_keeps_its_interrupt_fence() {
     assert_eq!(sim.interrupt_answer(interrupt), Some(true));
     assert_eq!(sim.runs(S), 1);
 }
+
+/// An interrupt covers an unsequenced wake but not a newer sequenced wake coalesced with it:
+/// the newer wake survives the interrupt and runs after cleanup.
+#[test]
+fn an_interrupt_keeps_a_newer_wake_coalesced_with_an_unsequenced_one() {
+    let mut sim = Sim::new();
+    sim.wake(S, None);
+    sim.wake(S, None);
+    sim.wake(S, Some(4));
+    let interrupt = sim.interrupt(S, Some(3));
+    sim.finish_cleanup(S);
+    assert_eq!(sim.interrupt_answer(interrupt), Some(true));
+    assert!(sim.draining(S), "the newer wake runs after cleanup");
+    sim.complete_all_immediate();
+    assert_eq!(sim.wake_seqs(S), [None, Some(4)]);
+
+    // Without an interrupt (and so without a fence), the coalesced drain stays unsequenced: it
+    // serves the unsequenced wake too.
+    sim.wake("other", Some(5));
+    sim.wake("other", None);
+    sim.wake("other", Some(6));
+    sim.complete_all_immediate();
+    assert_eq!(sim.wake_seqs("other"), [Some(5), None]);
+}
