@@ -599,4 +599,6 @@ impl<T: Tokens, E> Coordinator<T, E> {
 }
 
 #[cfg(test)]
+mod proptests;
+#[cfg(test)]
 mod tests;

@@ -47,6 +47,10 @@ pub(super) struct DrainRec {
     pub(super) mode: Mode,
     pub(super) wake_seq: Option<Seq>,
     pub(super) state: DrainState,
+    /// The harness clock when the drain started.
+    pub(super) started_at: u64,
+    /// The coordinator's interrupt fence when the drain started.
+    pub(super) boundary_at_start: Option<Seq>,
 }
 
 /// The deterministic shell.
@@ -295,6 +299,7 @@ impl Sim {
                     !self.current.contains_key(key),
                     "two drains of {key} at once"
                 );
+                let boundary_at_start = self.coord(key).boundary();
                 self.current.insert(key.to_owned(), self.drains.len());
                 self.drains.push(DrainRec {
                     key: key.to_owned(),
@@ -302,6 +307,8 @@ impl Sim {
                     mode,
                     wake_seq,
                     state: DrainState::Running,
+                    started_at: self.clock,
+                    boundary_at_start,
                 });
                 Vec::new()
             }
