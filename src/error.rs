@@ -100,7 +100,7 @@ pub enum Error {
     },
     /// The store failed; nothing of the failed operation was committed.
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// The runtime is shutting down and accepts no new work.
     #[error("the runtime is shutting down")]
     ShuttingDown,
@@ -115,6 +115,16 @@ impl Error {
         Error::InvalidInput {
             field,
             reason: reason.into(),
+        }
+    }
+}
+
+impl From<StoreError> for Error {
+    /// A store that has stopped because the runtime shut down is [`Error::ShuttingDown`].
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Closed => Error::ShuttingDown,
+            other => Error::Store(other),
         }
     }
 }

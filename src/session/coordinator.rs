@@ -589,7 +589,9 @@ impl<T: Tokens, E> Coordinator<T, E> {
             }
             return effects;
         }
-        effects.push(Effect::Deactivated);
+        // Leave `active()` before any caller is answered, so a caller that sees its answer never
+        // sees the session still active.
+        effects.insert(0, Effect::Deactivated);
         let chain = self.chain_failure.take();
         for token in std::mem::take(&mut self.idle) {
             effects.push(Effect::AnswerIdle(token, chain.clone()));
