@@ -171,7 +171,8 @@ struct Execution<T: Tokens> {
     phase: Phase,
     /// Mode of the current (or first) drain.
     mode: Mode,
-    /// Admission seq the current drain serves (None: unsequenced or forced).
+    /// Admission seq the current drain serves, its interrupt fence (None: unsequenced or forced;
+    /// a forced first drain that a run upgraded from a wake keeps that wake's seq).
     wake_seq: Option<Seq>,
     /// Id of the running drain, while `phase == Draining`.
     drain: u64,
