@@ -246,6 +246,31 @@ impl Runtime {
         }
     }
 
+    /// How many sessions hold a claim (a turn in flight, or left behind by an earlier boot) and
+    /// how old the oldest claim is: one read of the `session` table.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the read fails.
+    pub async fn claim_stats(&self) -> Result<ClaimStats> {
+        let now = store::now_ms();
+        let (claimed, oldest): (i64, Option<i64>) = self
+            .core
+            .persistence
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(
+                        "SELECT COUNT(*), ?1 - MIN(time_suspended) FROM session \
+                         WHERE time_suspended IS NOT NULL",
+                    )?
+                    .query_row([now], |row| Ok((row.get(0)?, row.get(1)?)))?)
+            })
+            .await?;
+        Ok(ClaimStats {
+            claimed: u64::try_from(claimed).unwrap_or(0),
+            oldest_claim_age_ms: oldest.map(|age| u64::try_from(age).unwrap_or(0)),
+        })
+    }
+
     /// Graceful stop: refuses new work, cancels every running drain with reason `shutdown`
     /// (recording `interrupted{shutdown}` best-effort and **keeping every claim and attempt
     /// counter** so the next boot resumes those turns), waits at most the configured grace
@@ -265,6 +290,15 @@ impl Runtime {
         }
         self.core.persistence.stop().await;
     }
+}
+
+/// Claim counts for `/stats` (see [`Runtime::claim_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ClaimStats {
+    /// Sessions whose `time_suspended` is set (a turn is or was in flight).
+    pub claimed: u64,
+    /// Milliseconds since the oldest claim was made; `None` when nothing is claimed.
+    pub oldest_claim_age_ms: Option<u64>,
 }
 
 /// A live stream of committed events (see [`Runtime::subscribe`]).
