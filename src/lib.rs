@@ -25,6 +25,8 @@ pub mod crash;
 pub mod error;
 pub mod event;
 pub mod execution;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod id;
 pub mod model;
 pub(crate) mod persistence;

@@ -1,0 +1,184 @@
+//! [`ApiError`]: every failure of the HTTP adapter as a JSON body
+//! `{"error": {"type": "...", "message": "..."}}` with its status code.
+
+use std::fmt;
+
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+use crate::error::{Error, StoreError};
+
+/// An error answered by the HTTP adapter: a status code, a stable machine-readable `type` and a
+/// human-readable `message`, rendered as `{"error": {"type", "message"}}`.
+///
+/// | status | `type` | when |
+/// |---|---|---|
+/// | 400 | `invalid_input` | an invalid id, prompt, title, limit, query value or `Last-Event-ID` |
+/// | 400 | `malformed_json` | a body that is not JSON of the expected shape |
+/// | 401 | `unauthorized` | a bearer token is configured and the request lacks it |
+/// | 404 | `not_found` | an unknown session, message or route |
+/// | 405 | `method_not_allowed` | a known route with another method |
+/// | 409 | `conflict` | a prompt id reused with other content, delivery or session |
+/// | 413 | `payload_too_large` | a body over the configured limit |
+/// | 500 | `store` / `message_decode` / `internal` | a store fault, an undecodable stored message |
+/// | 503 | `shutting_down` | the runtime is shutting down (or has stopped) |
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    error: Detail<'a>,
+}
+
+#[derive(Serialize)]
+struct Detail<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// An error with this status, `type` and message.
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// 400 `invalid_input`.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+    }
+
+    /// 400 `malformed_json`.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+    }
+
+    /// 401 `unauthorized`.
+    pub fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid `Authorization: Bearer <token>` header is required",
+        )
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 413 `payload_too_large`.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is larger than {limit} bytes"),
+        )
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The machine-readable `type`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    /// The human-readable message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for ApiError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}: {}",
+            self.status.as_u16(),
+            self.kind,
+            self.message
+        )
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status);
+        if self.status == StatusCode::UNAUTHORIZED {
+            response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+        }
+        response.json(Body {
+            error: Detail {
+                kind: self.kind,
+                message: &self.message,
+            },
+        })
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        let message = e.to_string();
+        let (status, kind) = match &e {
+            Error::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            Error::PromptConflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            Error::InvalidInput { .. } => (StatusCode::BAD_REQUEST, "invalid_input"),
+            Error::ShuttingDown | Error::Store(StoreError::Closed) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+            }
+            Error::MessageDecode { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "message_decode"),
+            Error::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+            log::error!("http: {message}");
+        }
+        Self::new(status, kind, message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::id::SessionId;
+
+    #[test]
+    fn maps_runtime_errors_to_statuses() -> Result<(), Error> {
+        let not_found = ApiError::from(Error::NotFound {
+            session_id: SessionId::new("s")?,
+        });
+        assert_eq!(
+            (not_found.status(), not_found.kind()),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
+        let closed = ApiError::from(Error::Store(StoreError::Closed));
+        assert_eq!(closed.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let store = ApiError::from(Error::Store(StoreError::Inconsistent("x".into())));
+        assert_eq!(
+            (store.status(), store.kind()),
+            (StatusCode::INTERNAL_SERVER_ERROR, "store")
+        );
+        let invalid = ApiError::from(Error::InvalidInput {
+            field: "limit",
+            reason: "0".into(),
+        });
+        assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
+        Ok(())
+    }
+}
