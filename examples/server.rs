@@ -1,0 +1,321 @@
+//! The demo server: the HTTP/SSE API (`durable_sessions::http`) over a runtime whose runner is an
+//! "echo agent", so you can watch a turn stream, interrupt it, or `kill -9` the process mid-turn
+//! and see the turn resume after a restart.
+//!
+//! ```text
+//! cargo run --release --example server -- --help
+//! ```
+//!
+//! The echo agent, for every drain: promotes the pending `steer` prompts, then the oldest
+//! pending `queue` prompt; then answers them word by word. A *forced* drain (the restart
+//! sweep's resume, or `POST /sessions/{id}/resume`) also answers every user message of the
+//! transcript that has no assistant reply yet; an advisory one (a prompt's wake) does not, so
+//! a prompt whose reply a user interrupted stays unanswered. Each word is an `agent.delta` event
+//! (`{"reply_to", "index", "word"}`) published after `--word-delay-ms`; the finished reply is
+//! appended **once** to the transcript as an `assistant` message (`{"text", "reply_to"}`), so the
+//! transcript never holds half a reply. Steer prompts that arrive while it replies are answered
+//! in the same turn.
+//!
+//! Resuming: if the process dies mid-reply, the prompt is already in the transcript (it was
+//! promoted by the killed turn) but has no reply. At the next boot the restart sweep publishes
+//! the `session.synthetic` continue notice and resumes the turn (forced); the agent finds the
+//! unanswered message, publishes `agent.continuing` (`{"reply_to", "text"}`) and replies from
+//! the first word again (the deltas of the killed attempt were progress, not transcript).
+//!
+//! Ctrl-C (SIGINT) or SIGTERM stops the HTTP server, then shuts the runtime down gracefully:
+//! a running turn records `interrupted{shutdown}` and keeps its claim, so the next boot resumes
+//! it too.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use actix_web::{web, App, HttpServer};
+use durable_sessions::http::{self, HttpOptions};
+use durable_sessions::{Message, MessageId, RunError, Runner, Runtime, Turn};
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use serde_json::json;
+
+const USAGE: &str = "\
+durable-sessions demo server: the HTTP/SSE API over an echo agent
+
+USAGE:
+    cargo run --release --example server -- [OPTIONS]
+
+OPTIONS:
+    --addr <host:port>            address to bind [default: 127.0.0.1:8080]
+    --db <path>                   SQLite file [default: ./durable-sessions.db]
+    --token <token>               require `Authorization: Bearer <token>` on every route but
+                                  /healthz [env: DURABLE_SESSIONS_TOKEN]
+    --max-resume-attempts <n>     restart-resumes per turn before it is aborted [default: 10]
+    --word-delay-ms <ms>          the echo agent's delay per word [default: 200]
+    -h, --help                    print this help
+";
+
+type Fallible<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// The command line.
+#[derive(Debug)]
+struct Args {
+    addr: String,
+    db: PathBuf,
+    token: Option<String>,
+    max_resume_attempts: u32,
+    word_delay: Duration,
+}
+
+/// Parses `--flag value` and `--flag=value`; `None` when help was asked for.
+fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
+    let mut args = Args {
+        addr: "127.0.0.1:8080".into(),
+        db: PathBuf::from("durable-sessions.db"),
+        token: std::env::var("DURABLE_SESSIONS_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty()),
+        max_resume_attempts: 10,
+        word_delay: Duration::from_millis(200),
+    };
+    while let Some(arg) = argv.next() {
+        let (flag, inline) = match arg.split_once('=') {
+            Some((flag, value)) if flag.starts_with("--") => (flag.to_owned(), Some(value.into())),
+            _ => (arg, None),
+        };
+        if flag == "-h" || flag == "--help" {
+            return Ok(None);
+        }
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| argv.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--addr" => args.addr = value()?,
+            "--db" => args.db = PathBuf::from(value()?),
+            "--token" => args.token = Some(value()?).filter(|t| !t.is_empty()),
+            "--max-resume-attempts" => {
+                args.max_resume_attempts = value()?
+                    .parse()
+                    .map_err(|e| format!("--max-resume-attempts: {e}"))?;
+            }
+            "--word-delay-ms" => {
+                let ms: u64 = value()?
+                    .parse()
+                    .map_err(|e| format!("--word-delay-ms: {e}"))?;
+                args.word_delay = Duration::from_millis(ms);
+            }
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(Some(args))
+}
+
+/// The demo runner (see the module docs).
+struct EchoAgent {
+    word_delay: Duration,
+}
+
+/// The text of a user message: the prompt's `text`, the prompt if it is a string, else its JSON.
+fn prompt_text(message: &Message) -> String {
+    let prompt = &message.data["prompt"];
+    prompt["text"]
+        .as_str()
+        .or_else(|| prompt.as_str())
+        .map_or_else(|| prompt.to_string(), str::to_owned)
+}
+
+/// The user messages of the transcript that no assistant message replies to, in order.
+fn unanswered(transcript: &[Message]) -> Vec<&Message> {
+    let answered: HashSet<&str> = transcript
+        .iter()
+        .filter(|m| m.kind == "assistant")
+        .filter_map(|m| m.data["reply_to"].as_str())
+        .collect();
+    transcript
+        .iter()
+        .filter(|m| m.kind == "user" && !answered.contains(m.id.as_str()))
+        .collect()
+}
+
+/// Streams the reply to `to` word by word, then appends it to the transcript.
+async fn reply(turn: &Turn, to: &MessageId, text: &str, delay: Duration) -> Result<(), RunError> {
+    let mut words = vec!["echo:"];
+    words.extend(text.split_whitespace());
+    if words.len() == 1 {
+        words.push("(nothing)");
+    }
+    for (index, word) in words.iter().enumerate() {
+        actix_rt::time::sleep(delay).await;
+        turn.publish(
+            "agent.delta",
+            json!({ "reply_to": to, "index": index, "word": word }),
+        )
+        .await?;
+    }
+    turn.append_message(
+        "assistant",
+        json!({ "text": words.join(" "), "reply_to": to }),
+    )
+    .await?;
+    Ok(())
+}
+
+impl Runner for EchoAgent {
+    fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
+        let delay = self.word_delay;
+        async move {
+            let mut promoted: HashSet<MessageId> = HashSet::new();
+            let mut first = true;
+            loop {
+                promoted.extend(turn.promote_steer(None).await?.into_iter().map(|a| a.id));
+                if std::mem::take(&mut first) {
+                    promoted.extend(turn.promote_queue().await?.map(|a| a.id));
+                }
+                // A forced turn (the restart sweep's resume, or `POST /resume`) also finishes
+                // what earlier turns left unanswered; an advisory wake answers only what it
+                // promoted, so a prompt whose reply a user interrupted stays unanswered.
+                let transcript = turn.context().await?;
+                let todo: Vec<(MessageId, String)> = unanswered(&transcript)
+                    .into_iter()
+                    .filter(|m| turn.is_forced() || promoted.contains(&m.id))
+                    .map(|m| (m.id.clone(), prompt_text(m)))
+                    .collect();
+                if todo.is_empty() {
+                    return Ok(());
+                }
+                for (id, text) in todo {
+                    if !promoted.contains(&id) {
+                        // Promoted by an earlier turn that ended (or died) before replying.
+                        turn.publish(
+                            "agent.continuing",
+                            json!({
+                                "reply_to": id,
+                                "text": "An earlier turn ended before answering this; answering it now.",
+                            }),
+                        )
+                        .await?;
+                        promoted.insert(id.clone());
+                    }
+                    reply(&turn, &id, &text, delay).await?;
+                }
+            }
+        }
+        .boxed_local()
+    }
+}
+
+/// Prints the address and the commands to try.
+fn print_banner(addr: SocketAddr, args: &Args) {
+    let base = format!("http://{addr}");
+    let auth = if args.token.is_some() {
+        " -H \"Authorization: Bearer $DURABLE_SESSIONS_TOKEN\""
+    } else {
+        ""
+    };
+    println!("listening on {base}");
+    println!(
+        "database {} (pid {}, word delay {} ms, max resume attempts {})",
+        args.db.display(),
+        std::process::id(),
+        args.word_delay.as_millis(),
+        args.max_resume_attempts
+    );
+    println!(
+        "\nTry, in a second terminal:\n\
+         \x20 curl -s{auth} -X POST {base}/sessions -d '{{\"id\": \"demo\"}}'\n\
+         \x20 curl -N{auth} {base}/sessions/demo/events          # watch; keep it open\n\
+         and in a third:\n\
+         \x20 curl -s{auth} -X POST {base}/sessions/demo/prompt -d '{{\"text\": \"the quick brown fox jumps over the lazy dog\"}}'\n\
+         \x20 curl -s{auth} -X POST {base}/sessions/demo/interrupt\n\
+         \x20 curl -s{auth} '{base}/sessions/demo/messages?order=asc'\n\
+         \x20 curl -s{auth} {base}/stats\n\
+         Prompt again and `kill -9 {pid}` mid-reply, start the server again, and watch the turn\n\
+         resume (`curl -N{auth} {base}/sessions/demo/events`). Ctrl-C stops gracefully.\n",
+        pid = std::process::id(),
+    );
+    if args.token.is_none() && !addr.ip().is_loopback() {
+        println!(
+            "warning: listening on {addr} without a token; anyone who can reach it can use it"
+        );
+    }
+}
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM. The handlers are installed at once, before the
+/// banner says the server is up, so an early signal is never lost.
+fn stop_signal() -> std::io::Result<LocalBoxFuture<'static, ()>> {
+    #[cfg(unix)]
+    {
+        use actix_rt::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        Ok(async move {
+            futures::future::select(Box::pin(interrupt.recv()), Box::pin(terminate.recv())).await;
+        }
+        .boxed_local())
+    }
+    #[cfg(not(unix))]
+    Ok(async {
+        let _ = actix_rt::signal::ctrl_c().await;
+    }
+    .boxed_local())
+}
+
+async fn run(args: Args) -> Fallible {
+    let runtime = Runtime::builder()
+        .database(&args.db)
+        .runner(EchoAgent {
+            word_delay: args.word_delay,
+        })
+        .max_resume_attempts(args.max_resume_attempts)
+        .start() // runs the restart sweep: turns a crash left behind resume now
+        .await?;
+    let options = HttpOptions::new().token(args.token.clone());
+    let app_runtime = runtime.clone();
+    let server = HttpServer::new(move || {
+        App::new()
+            .configure(http::configure(app_runtime.clone(), options.clone()))
+            .default_service(web::to(http::not_found))
+    })
+    .disable_signals() // handled below, so the runtime shuts down after the server
+    .shutdown_timeout(2) // event streams never end on their own
+    .bind(&args.addr)?;
+    let addr = server
+        .addrs()
+        .first()
+        .copied()
+        .ok_or("bound to no address")?;
+    let server = server.run();
+    let handle = server.handle();
+    let stop = stop_signal()?;
+    print_banner(addr, &args);
+    actix_rt::spawn(async move {
+        stop.await;
+        println!("stopping: the HTTP server first, then the runtime (turns keep their claims)");
+        handle.stop(true).await;
+    });
+    server.await?;
+    runtime.shutdown().await;
+    println!("stopped");
+    Ok(())
+}
+
+fn main() {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let args = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            print!("{USAGE}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("{e}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = actix_rt::System::new().block_on(run(args)) {
+        eprintln!("server failed: {e}");
+        std::process::exit(1);
+    }
+}
