@@ -1,0 +1,1095 @@
+//! The HTTP/SSE adapter against real listeners on `127.0.0.1:0` with a real client (awc): every
+//! route and status code, SSE replay with `after` and `Last-Event-ID`, the token guard, the body
+//! limit, 503 after shutdown; and the `server` example as a child process, killed with SIGKILL
+//! mid-reply (and stopped with SIGINT) and restarted on the same database.
+#![cfg(feature = "http")]
+
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, OnceLock};
+use std::time::{Duration, Instant};
+
+use actix_web::dev::ServerHandle;
+use actix_web::http::{Method, StatusCode};
+use actix_web::web::Bytes;
+use actix_web::{web, App, HttpServer};
+use durable_sessions::event::{kind, RESTART_NOTICE_TEXT};
+use durable_sessions::http::{self, HttpOptions};
+use durable_sessions::{RunError, Runner, Runtime, Turn};
+use futures::future::LocalBoxFuture;
+use futures::stream::LocalBoxStream;
+use futures::{FutureExt, StreamExt};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+/// How long any single wait may take before the test fails (generous for a loaded machine).
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Promotes every pending prompt and answers each with an `assistant` message; sessions whose id
+/// starts with `slow` promote, then never finish (until interrupted).
+struct TestAgent;
+
+impl Runner for TestAgent {
+    fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
+        async move {
+            let mut promoted = turn.promote_steer(None).await?;
+            promoted.extend(turn.promote_queue().await?);
+            if turn.session_id().as_str().starts_with("slow") {
+                futures::future::pending::<()>().await;
+            }
+            for admission in promoted {
+                let reply = json!({ "reply_to": admission.id, "text": "ok" });
+                turn.append_message("assistant", reply).await?;
+            }
+            Ok(())
+        }
+        .boxed_local()
+    }
+}
+
+/// A client of one server.
+struct Api {
+    client: awc::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Api {
+    fn new(base: String) -> Self {
+        let client = awc::Client::builder().timeout(WAIT).finish();
+        Self {
+            client,
+            base,
+            token: None,
+        }
+    }
+
+    fn request(&self, method: Method, path: &str) -> awc::ClientRequest {
+        let request = self.client.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.insert_header(("Authorization", format!("Bearer {token}"))),
+            None => request,
+        }
+    }
+
+    /// Sends `body` (raw) and returns the status and the JSON answer (`null` when empty).
+    async fn call(&self, method: Method, path: &str, body: &str) -> (StatusCode, Value) {
+        let mut response = self
+            .request(method.clone(), path)
+            .send_body(body.to_owned())
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let bytes = response
+            .body()
+            .limit(16 * 1024 * 1024)
+            .await
+            .expect("response body");
+        let value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                panic!(
+                    "{method} {path}: not JSON ({e}): {}",
+                    String::from_utf8_lossy(&bytes)
+                )
+            })
+        };
+        (response.status(), value)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::GET, path, "").await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        self.call(Method::POST, path, &body.to_string()).await
+    }
+
+    /// Opens an event stream, sending `Last-Event-ID` when given.
+    async fn events(&self, path: &str, last_event_id: Option<&str>) -> Sse {
+        let mut request = self.request(Method::GET, path);
+        if let Some(id) = last_event_id {
+            request = request.insert_header(("Last-Event-ID", id));
+        }
+        let response = request.send().await.expect("events request");
+        assert_eq!(response.status(), StatusCode::OK, "GET {path}");
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert_eq!(content_type, "text/event-stream");
+        Sse {
+            body: response.boxed_local(),
+            buffer: String::new(),
+        }
+    }
+}
+
+/// One parsed SSE frame.
+#[derive(Debug, Clone, Default)]
+struct Frame {
+    id: Option<u64>,
+    event: Option<String>,
+    data: Option<Value>,
+    comments: Vec<String>,
+}
+
+/// A Server-Sent Events reader.
+struct Sse {
+    body: LocalBoxStream<'static, Result<Bytes, awc::error::PayloadError>>,
+    buffer: String,
+}
+
+impl Sse {
+    /// The next frame (comment-only frames included); panics after [`WAIT`] or at the end.
+    async fn frame(&mut self) -> Frame {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let raw: String = self.buffer.drain(..end + 2).collect();
+                let mut frame = Frame::default();
+                for line in raw.lines() {
+                    if let Some(comment) = line.strip_prefix(':') {
+                        frame.comments.push(comment.trim().to_owned());
+                    } else if let Some(id) = line.strip_prefix("id: ") {
+                        frame.id = Some(id.parse().expect("numeric id"));
+                    } else if let Some(event) = line.strip_prefix("event: ") {
+                        frame.event = Some(event.to_owned());
+                    } else if let Some(data) = line.strip_prefix("data: ") {
+                        frame.data = Some(serde_json::from_str(data).expect("JSON data"));
+                    }
+                }
+                return frame;
+            }
+            let chunk = actix_rt::time::timeout(WAIT, self.body.next())
+                .await
+                .expect("timed out waiting for an SSE frame")
+                .expect("the event stream ended")
+                .expect("event stream chunk");
+            self.buffer
+                .push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+        }
+    }
+
+    /// The next event frame (skipping comments), checked for consistency: `id` is the data's
+    /// `seq`, `event` its `type`.
+    async fn event(&mut self) -> Frame {
+        loop {
+            let frame = self.frame().await;
+            if let (Some(id), Some(data)) = (frame.id, &frame.data) {
+                assert_eq!(data["seq"], json!(id), "id is the seq: {frame:?}");
+                assert_eq!(
+                    data["type"].as_str(),
+                    frame.event.as_deref(),
+                    "event is the type: {frame:?}"
+                );
+                return frame;
+            }
+        }
+    }
+
+    /// Events until (and including) the first one `done` accepts.
+    async fn until(&mut self, done: impl Fn(&Frame) -> bool) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        loop {
+            let frame = self.event().await;
+            let stop = done(&frame);
+            frames.push(frame);
+            if stop {
+                return frames;
+            }
+        }
+    }
+}
+
+fn is(frame: &Frame, name: &str) -> bool {
+    frame.event.as_deref() == Some(name)
+}
+
+fn ids(frames: &[Frame]) -> Vec<u64> {
+    frames.iter().filter_map(|f| f.id).collect()
+}
+
+/// Asserts `ids` is `first, first + 1, …` with no gap and no duplicate.
+fn assert_contiguous(ids: &[u64], first: u64) {
+    let expected: Vec<u64> = (first..first + ids.len() as u64).collect();
+    assert_eq!(
+        ids,
+        expected.as_slice(),
+        "ids must be contiguous from {first}"
+    );
+}
+
+/// Polls `check` until it holds; panics after [`WAIT`].
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A runtime and an HTTP server on `127.0.0.1:0` in this test's actix System.
+struct Harness {
+    api: Api,
+    runtime: Runtime,
+    server: ServerHandle,
+    _dir: TempDir,
+}
+
+impl Harness {
+    async fn start(options: HttpOptions) -> Self {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runtime = Runtime::builder()
+            .database(dir.path().join("http.db"))
+            .runner(TestAgent)
+            .arbiters(2)
+            .shutdown_grace(Duration::from_secs(2))
+            .start()
+            .await
+            .expect("runtime starts");
+        let app_runtime = runtime.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .configure(http::configure(app_runtime.clone(), options.clone()))
+                .default_service(web::to(http::not_found))
+        })
+        .workers(2)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind(("127.0.0.1", 0))
+        .expect("bind");
+        let addr = server.addrs()[0];
+        let server = server.run();
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        Self {
+            api: Api::new(format!("http://{addr}")),
+            runtime,
+            server: handle,
+            _dir: dir,
+        }
+    }
+
+    async fn stop(self) {
+        self.server.stop(false).await;
+        self.runtime.shutdown().await;
+    }
+
+    /// Creates session `id` and asserts 201.
+    async fn session(&self, id: &str) {
+        let (status, body) = self.api.post("/sessions", json!({ "id": id })).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+    }
+
+    /// Waits until the session's transcript has `n` messages and returns them (oldest first).
+    async fn transcript(&self, id: &str, n: usize) -> Vec<Value> {
+        transcript(&self.api, id, n).await
+    }
+}
+
+/// Waits until the session's transcript has at least `n` messages and returns them (oldest
+/// first).
+async fn transcript(api: &Api, id: &str, n: usize) -> Vec<Value> {
+    let path = format!("/sessions/{id}/messages?order=asc");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let (status, body) = api.get(&path).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        let page = body.as_array().cloned().unwrap_or_default();
+        if page.len() >= n {
+            return page;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {n} messages in {id}: {page:?}"
+        );
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn error_type(body: &Value) -> &str {
+    body["error"]["type"].as_str().unwrap_or("<none>")
+}
+
+#[actix_rt::test]
+async fn creates_sessions_201_then_200_and_gets_them_or_404() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    let body = json!({ "id": "a", "title": "First", "directory": "/work" });
+    let (status, created) = api.post("/sessions", body.clone()).await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        (&created["id"], &created["title"], &created["directory"]),
+        (&json!("a"), &json!("First"), &json!("/work"))
+    );
+    let (status, again) = api
+        .post("/sessions", json!({ "id": "a", "title": "ignored" }))
+        .await;
+    assert_eq!((status, &again), (StatusCode::OK, &created));
+    let (status, generated) = api.call(Method::POST, "/sessions", "").await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert!(generated["id"]
+        .as_str()
+        .is_some_and(|id| id.starts_with("ses_")));
+    assert!(generated["title"]
+        .as_str()
+        .is_some_and(|t| t.starts_with("New session - ")));
+    let (status, child) = api
+        .post("/sessions", json!({ "id": "a-child", "parent_id": "a" }))
+        .await;
+    assert_eq!(
+        (status, &child["parent_id"]),
+        (StatusCode::CREATED, &json!("a"))
+    );
+
+    let (status, got) = api.get("/sessions/a").await;
+    assert_eq!((status, &got), (StatusCode::OK, &created));
+    let (status, missing) = api.get("/sessions/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(error_type(&missing), "not_found");
+    assert!(missing["error"]["message"]
+        .as_str()
+        .is_some_and(|m| m.contains("nope")));
+    let (status, orphan) = api
+        .post("/sessions", json!({ "id": "b", "parent_id": "nope" }))
+        .await;
+    assert_eq!(
+        (status, error_type(&orphan)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let (status, body) = api.get("/no/such/route").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let (status, body) = api.call(Method::DELETE, "/sessions/a", "").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+    );
+    let (status, body) = api.get("/healthz").await;
+    assert_eq!((status, body), (StatusCode::OK, json!({ "status": "ok" })));
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn lists_sessions_with_filters_order_and_anchors() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    for (id, directory, title) in [
+        ("s1", "/x", "alpha"),
+        ("s2", "/x", "beta"),
+        ("s3", "/x", "alphabet"),
+        ("s4", "/y", "alpha"),
+    ] {
+        let body = json!({ "id": id, "directory": directory, "title": title });
+        assert_eq!(api.post("/sessions", body).await.0, StatusCode::CREATED);
+        // Distinct creation times keep the expected order obvious.
+        actix_rt::time::sleep(Duration::from_millis(3)).await;
+    }
+    let ids_of = |body: &Value| -> Vec<String> {
+        body.as_array()
+            .expect("an array")
+            .iter()
+            .map(|s| s["id"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let (status, all) = api.get("/sessions?directory=/x&order=asc").await;
+    assert_eq!(
+        (status, ids_of(&all)),
+        (StatusCode::OK, vec!["s1".into(), "s2".into(), "s3".into()])
+    );
+    let (_, newest) = api.get("/sessions?directory=/x").await;
+    assert_eq!(ids_of(&newest), ["s3", "s2", "s1"]);
+    let (_, found) = api.get("/sessions?search=alpha&order=asc").await;
+    assert_eq!(ids_of(&found), ["s1", "s3", "s4"]);
+    let (_, first) = api.get("/sessions?directory=/x&order=asc&limit=2").await;
+    assert_eq!(ids_of(&first), ["s1", "s2"]);
+    let last = &first[1];
+    let next = format!(
+        "/sessions?directory=/x&order=asc&limit=2&anchor_id={}&anchor_time={}&direction=next",
+        last["id"].as_str().unwrap_or_default(),
+        last["time_created"]
+    );
+    let (status, page) = api.get(&next).await;
+    assert_eq!((status, ids_of(&page)), (StatusCode::OK, vec!["s3".into()]));
+    let previous = next.replace("direction=next", "direction=previous");
+    let (_, page) = api.get(&previous).await;
+    assert_eq!(ids_of(&page), ["s1"]);
+
+    for bad in [
+        "/sessions?limit=abc",
+        "/sessions?limit=0",
+        "/sessions?limit=100000",
+        "/sessions?order=sideways",
+        "/sessions?anchor_id=s1",
+        "/sessions?anchor_time=1&anchor_id=s1&direction=up",
+        "/sessions?direction=next",
+        "/sessions?parent_id=s1&top_level=true",
+    ] {
+        let (status, body) = api.get(bad).await;
+        assert_eq!(
+            (status, error_type(&body)),
+            (StatusCode::BAD_REQUEST, "invalid_input"),
+            "{bad}: {body}"
+        );
+    }
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn rejects_malformed_json_and_invalid_input_with_400() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    h.session("s").await;
+    for (path, body, expected) in [
+        ("/sessions", r#"{"id": "#, "malformed_json"),
+        ("/sessions", "not json", "malformed_json"),
+        ("/sessions", r#"{"id": ""}"#, "invalid_input"),
+        ("/sessions", r#"{"id": "a\u0001b"}"#, "invalid_input"),
+        ("/sessions", r#"{"idd": "x"}"#, "invalid_input"),
+        ("/sessions", r#"{"title": 5}"#, "invalid_input"),
+        ("/sessions/s/prompt", r#"{"text": "hi""#, "malformed_json"),
+        ("/sessions/s/prompt", "{}", "invalid_input"),
+        (
+            "/sessions/s/prompt",
+            r#"{"text": "a", "prompt": "b"}"#,
+            "invalid_input",
+        ),
+        ("/sessions/s/prompt", r#"{"prompt": 5}"#, "invalid_input"),
+        (
+            "/sessions/s/prompt",
+            r#"{"text": "hi", "delivery": "later"}"#,
+            "invalid_input",
+        ),
+        (
+            "/sessions/s/prompt",
+            r#"{"text": "hi", "id": ""}"#,
+            "invalid_input",
+        ),
+    ] {
+        let (status, answer) = api.call(Method::POST, path, body).await;
+        assert_eq!(
+            (status, error_type(&answer)),
+            (StatusCode::BAD_REQUEST, expected),
+            "POST {path} {body}: {answer}"
+        );
+    }
+    let (status, body) = api.get("/sessions/a%01b").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_input")
+    );
+    let (_, messages) = api.get("/sessions/s/messages").await;
+    assert_eq!(messages, json!([]), "nothing was admitted");
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn prompts_are_accepted_idempotently_and_a_conflicting_reuse_is_409() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    h.session("s").await;
+    h.session("t").await;
+    let (status, admission) = api
+        .post("/sessions/s/prompt", json!({ "id": "m1", "text": "hello" }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{admission}");
+    assert_eq!(
+        (
+            &admission["id"],
+            &admission["session_id"],
+            &admission["prompt"],
+            &admission["delivery"]
+        ),
+        (
+            &json!("m1"),
+            &json!("s"),
+            &json!({ "text": "hello" }),
+            &json!("steer")
+        )
+    );
+    let (status, retry) = api
+        .post("/sessions/s/prompt", json!({ "id": "m1", "text": "hello" }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(retry["admitted_seq"], admission["admitted_seq"]);
+    for conflicting in [
+        json!({ "id": "m1", "text": "other" }),
+        json!({ "id": "m1", "text": "hello", "delivery": "queue" }),
+    ] {
+        let (status, body) = api.post("/sessions/s/prompt", conflicting).await;
+        assert_eq!(
+            (status, error_type(&body)),
+            (StatusCode::CONFLICT, "conflict")
+        );
+    }
+    let (status, body) = api
+        .post("/sessions/t/prompt", json!({ "id": "m1", "text": "hello" }))
+        .await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::CONFLICT, "conflict")
+    );
+    let (status, body) = api
+        .post("/sessions/nope/prompt", json!({ "text": "hi" }))
+        .await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+
+    // The turn promotes the prompt and answers it; the transcript pages by cursor.
+    let transcript = h.transcript("s", 2).await;
+    assert_eq!(
+        (&transcript[0]["id"], &transcript[0]["type"]),
+        (&json!("m1"), &json!("user"))
+    );
+    assert_eq!(transcript[1]["type"], json!("assistant"));
+    assert_eq!(transcript[1]["data"]["reply_to"], json!("m1"));
+    let (status, newest) = api.get("/sessions/s/messages?limit=1").await;
+    assert_eq!((status, &newest[0]), (StatusCode::OK, &transcript[1]));
+    let (_, before) = api
+        .get(&format!(
+            "/sessions/s/messages?limit=1&cursor={}",
+            transcript[1]["id"].as_str().unwrap_or_default()
+        ))
+        .await;
+    assert_eq!(before, json!([transcript[0]]));
+    let (status, one) = api.get("/sessions/s/messages/m1").await;
+    assert_eq!((status, &one), (StatusCode::OK, &transcript[0]));
+    let (status, body) = api.get("/sessions/t/messages/m1").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let (status, body) = api.get("/sessions/nope/messages").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    for bad in ["?limit=0", "?order=up", "?direction=next"] {
+        let (status, _) = api.get(&format!("/sessions/s/messages{bad}")).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+    }
+
+    // A queued prompt given as raw JSON, admitted without waking, then resumed explicitly.
+    let (status, queued) = api
+        .post(
+            "/sessions/t/prompt",
+            json!({ "prompt": { "text": "later", "n": 1 }, "delivery": "queue", "resume": false }),
+        )
+        .await;
+    assert_eq!(
+        (status, &queued["delivery"]),
+        (StatusCode::ACCEPTED, &json!("queue"))
+    );
+    assert_eq!(queued["prompt"], json!({ "text": "later", "n": 1 }));
+    let (status, terminal) = api.post("/sessions/t/resume", json!(null)).await;
+    assert_eq!(
+        (status, terminal),
+        (StatusCode::OK, json!({ "type": "succeeded" }))
+    );
+    assert_eq!(h.transcript("t", 2).await.len(), 2);
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn interrupt_resume_and_stats_report_turns_and_claims() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    h.session("slow").await;
+    let (status, _) = api
+        .post("/sessions/slow/prompt", json!({ "text": "hang" }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    h.transcript("slow", 1).await; // promoted: the turn is running
+    let (status, stats) = api.get("/stats").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (&stats["claimed"], &stats["active_turns"]),
+        (&json!(1), &json!(1))
+    );
+    assert!(stats["oldest_claim_age_ms"].is_u64(), "{stats}");
+    assert!(
+        stats["transactions_committed"].as_u64() >= Some(4),
+        "{stats}"
+    );
+    assert!(stats["largest_batch"].as_u64() >= Some(1), "{stats}");
+    assert!(stats["sessions_live"].as_u64() >= Some(1), "{stats}");
+
+    let (status, body) = api.post("/sessions/slow/interrupt", json!(null)).await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, json!({ "interrupted": true }))
+    );
+    let (status, body) = api.post("/sessions/slow/interrupt", json!(null)).await;
+    assert_eq!(
+        (status, body),
+        (StatusCode::OK, json!({ "interrupted": false }))
+    );
+    let (_, stats) = api.get("/stats").await;
+    assert_eq!(
+        (&stats["claimed"], &stats["oldest_claim_age_ms"]),
+        (&json!(0), &json!(null))
+    );
+    let (status, body) = api.post("/sessions/nope/interrupt", json!(null)).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+
+    // An explicit resume while a turn hangs is interrupted by a concurrent interrupt.
+    let resume = actix_rt::spawn({
+        let api = Api::new(h.api.base.clone());
+        async move { api.post("/sessions/slow/resume", json!(null)).await }
+    });
+    eventually("the resumed turn", || async {
+        api.get("/stats").await.1["active_turns"] == json!(1)
+    })
+    .await;
+    let (_, body) = api.post("/sessions/slow/interrupt", json!(null)).await;
+    assert_eq!(body, json!({ "interrupted": true }));
+    let (status, terminal) = resume.await.expect("resume task");
+    assert_eq!(
+        (status, terminal),
+        (
+            StatusCode::OK,
+            json!({ "type": "interrupted", "reason": "user" })
+        )
+    );
+    let (status, body) = api.post("/sessions/nope/resume", json!(null)).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn bodies_over_the_limit_are_413() {
+    let h = Harness::start(HttpOptions::new().max_body_bytes(1024)).await;
+    let api = &h.api;
+    h.session("s").await;
+    let big = "x".repeat(4096);
+    let (status, body) = api.post("/sessions", json!({ "title": big })).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+    let (status, body) = api.post("/sessions/s/prompt", json!({ "text": big })).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let (status, _) = api
+        .post("/sessions/s/prompt", json!({ "text": "small" }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let (_, sessions) = api.get("/sessions").await;
+    assert_eq!(
+        sessions.as_array().map(Vec::len),
+        Some(1),
+        "nothing else was created"
+    );
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_token_guards_every_route_but_healthz() {
+    let h = Harness::start(HttpOptions::new().token(Some("s3cret".into()))).await;
+    let mut api = Api::new(h.api.base.clone());
+    for (method, path) in [
+        (Method::GET, "/sessions"),
+        (Method::POST, "/sessions"),
+        (Method::GET, "/sessions/s"),
+        (Method::POST, "/sessions/s/prompt"),
+        (Method::POST, "/sessions/s/interrupt"),
+        (Method::POST, "/sessions/s/resume"),
+        (Method::GET, "/sessions/s/messages"),
+        (Method::GET, "/sessions/s/messages/m"),
+        (Method::GET, "/sessions/s/events"),
+        (Method::GET, "/stats"),
+    ] {
+        for token in [None, Some("wrong"), Some("")] {
+            api.token = token.map(str::to_owned);
+            let (status, body) = api.call(method.clone(), path, "{}").await;
+            assert_eq!(
+                (status, error_type(&body)),
+                (StatusCode::UNAUTHORIZED, "unauthorized"),
+                "{method} {path} with {token:?}"
+            );
+        }
+    }
+    api.token = None;
+    assert_eq!(api.get("/healthz").await.0, StatusCode::OK);
+    api.token = Some("s3cret".into());
+    assert_eq!(
+        api.post("/sessions", json!({ "id": "s" })).await.0,
+        StatusCode::CREATED
+    );
+    assert_eq!(api.get("/sessions/s").await.0, StatusCode::OK);
+    assert_eq!(api.get("/stats").await.0, StatusCode::OK);
+    let mut events = api.events("/sessions/s/events", None).await;
+    assert!(is(&events.event().await, kind::CREATED));
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn sse_replays_after_a_seq_then_follows_live() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    h.session("s").await;
+    api.post("/sessions/s/prompt", json!({ "text": "one" }))
+        .await;
+    let first = api
+        .events("/sessions/s/events", None)
+        .await
+        .until(|f| is(f, kind::EXECUTION_SUCCEEDED))
+        .await;
+    assert_contiguous(&ids(&first), 0);
+    assert!(is(&first[0], kind::CREATED));
+    let last = first.last().and_then(|f| f.id).unwrap_or_default();
+
+    let mut stream = api.events("/sessions/s/events?after=2", None).await;
+    let replayed = stream.until(|f| f.id == Some(last)).await;
+    assert_contiguous(&ids(&replayed), 3);
+    assert_eq!(replayed[0].data, first[3].data, "replay is the stored log");
+    // Live: a second prompt's events follow without a gap.
+    api.post("/sessions/s/prompt", json!({ "text": "two" }))
+        .await;
+    let live = stream.until(|f| is(f, kind::EXECUTION_SUCCEEDED)).await;
+    assert_contiguous(&ids(&live), last + 1);
+    assert!(live.iter().any(|f| is(f, kind::PROMPT_ADMITTED)));
+    assert!(live.iter().any(|f| is(f, kind::MESSAGE_APPENDED)));
+
+    for (path, last_event_id) in [
+        ("/sessions/s/events?after=x", None),
+        ("/sessions/s/events?after=-1", None),
+        ("/sessions/s/events", Some("x")),
+        ("/sessions/s/events", Some("-3")),
+    ] {
+        let mut request = api.request(Method::GET, path);
+        if let Some(id) = last_event_id {
+            request = request.insert_header(("Last-Event-ID", id));
+        }
+        let mut response = request.send().await.expect("request");
+        let body: Value = response.json().await.expect("JSON error");
+        assert_eq!(
+            (response.status(), error_type(&body)),
+            (StatusCode::BAD_REQUEST, "invalid_input"),
+            "{path} {last_event_id:?}"
+        );
+    }
+    let (status, body) = api.get("/sessions/nope/events").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn sse_reconnect_with_last_event_id_resumes_without_gap_or_duplicate() {
+    let h = Harness::start(HttpOptions::new().keep_alive(Duration::from_millis(100))).await;
+    let api = &h.api;
+    h.session("s").await;
+    for text in ["one", "two", "three"] {
+        api.post(
+            "/sessions/s/prompt",
+            json!({ "text": text, "resume": false }),
+        )
+        .await;
+    }
+    // Read the first two events (of 0..=3), then drop the connection mid-log.
+    let mut stream = api.events("/sessions/s/events", None).await;
+    let mut seen = vec![stream.event().await, stream.event().await];
+    drop(stream);
+    assert_eq!(ids(&seen), [0, 1]);
+    // Reconnect as an EventSource would: the original URL (`after=0`) plus Last-Event-ID,
+    // which wins.
+    let mut stream = api.events("/sessions/s/events?after=0", Some("1")).await;
+    let hello = stream.frame().await;
+    assert!(
+        hello.comments.iter().any(|c| c.contains("after seq 1")),
+        "{hello:?}"
+    );
+    seen.push(stream.event().await);
+    seen.push(stream.event().await);
+    let (status, _) = api.post("/sessions/s/resume", json!(null)).await;
+    assert_eq!(status, StatusCode::OK);
+    seen.extend(stream.until(|f| is(f, kind::EXECUTION_SUCCEEDED)).await);
+    assert_contiguous(&ids(&seen), 0);
+    assert_eq!(
+        seen.iter().filter(|f| is(f, kind::PROMPT_PROMOTED)).count(),
+        3,
+        "the replayed admissions were all promoted live: {seen:?}"
+    );
+    // A quiet stream carries keep-alive comments.
+    loop {
+        let frame = stream.frame().await;
+        if frame.comments.iter().any(|c| c == "keep-alive") {
+            break;
+        }
+        assert!(frame.id.is_some(), "only events or keep-alives: {frame:?}");
+    }
+    // An empty Last-Event-ID is no Last-Event-ID: `after` applies.
+    let mut stream = api.events("/sessions/s/events?after=1", Some("")).await;
+    assert_eq!(stream.event().await.id, Some(2));
+    h.stop().await;
+}
+
+#[actix_rt::test]
+async fn a_shut_down_runtime_answers_503() {
+    let h = Harness::start(HttpOptions::new()).await;
+    h.session("s").await;
+    h.runtime.shutdown().await;
+    let (status, body) = h.api.post("/sessions", json!({ "id": "t" })).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    );
+    let (status, body) = h
+        .api
+        .post("/sessions/s/prompt", json!({ "text": "hi" }))
+        .await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    );
+    let (status, body) = h.api.post("/sessions/s/resume", json!(null)).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    );
+    h.server.stop(false).await;
+}
+
+/// The `server` example's binary, built (once per test run) by cargo: a no-op when it is fresh.
+fn server_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("current exe");
+            // target/<profile>/deps/http_api-<hash> → target/<profile>
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>")
+                .to_path_buf();
+            let binary = profile_dir
+                .join("examples")
+                .join(format!("server{}", std::env::consts::EXE_SUFFIX));
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut build = Command::new(cargo);
+            build
+                .args(["build", "--quiet", "--example", "server"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if let Some(target_dir) = profile_dir.parent() {
+                build.arg("--target-dir").arg(target_dir);
+            }
+            // The same features as this test binary, so the library is not rebuilt back and
+            // forth.
+            if cfg!(feature = "crash-points") {
+                build.args(["--features", "crash-points"]);
+            }
+            if profile_dir
+                .file_name()
+                .is_some_and(|name| name == "release")
+            {
+                build.arg("--release");
+            }
+            let built = build.status().is_ok_and(|status| status.success());
+            assert!(
+                built || binary.exists(),
+                "could not build the server example ({})",
+                binary.display()
+            );
+            binary
+        })
+        .clone()
+}
+
+/// A `server` example child process; killed (SIGKILL) when dropped.
+struct ServerProcess {
+    child: Child,
+    base: String,
+}
+
+impl ServerProcess {
+    /// Starts the server on `db` and a free port, and waits until it listens.
+    fn spawn(db: &Path, word_delay_ms: u64) -> Self {
+        let mut child = Command::new(server_binary())
+            .arg("--addr")
+            .arg("127.0.0.1:0")
+            .arg("--db")
+            .arg(db)
+            .arg("--word-delay-ms")
+            .arg(word_delay_ms.to_string())
+            .env_remove("DURABLE_SESSIONS_TOKEN")
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the server example");
+        let stdout = child.stdout.take().expect("child stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            // Keep draining stdout so the child never blocks on a full pipe.
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut process = Self {
+            child,
+            base: String::new(),
+        };
+        let deadline = Instant::now() + WAIT;
+        while process.base.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(base) = line.strip_prefix("listening on ") {
+                        process.base = base.trim().to_owned();
+                    }
+                }
+                Err(e) => panic!("the server example did not start listening: {e}"),
+            }
+        }
+        process
+    }
+
+    fn api(&self) -> Api {
+        Api::new(self.base.clone())
+    }
+
+    /// Sends SIGINT (Ctrl-C) and waits for a clean exit.
+    async fn interrupt(&mut self) {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("sh")
+            .args(["-c", &format!("kill -INT {pid}")])
+            .status()
+            .is_ok_and(|status| status.success());
+        assert!(sent, "could not send SIGINT");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                assert!(status.success(), "Ctrl-C exits cleanly: {status}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not stop on SIGINT"
+            );
+            actix_rt::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+/// Creates `demo` on the server, prompts it, and returns the events up to the first word of
+/// the reply (the turn is then mid-reply) and the prompt's id.
+async fn prompt_until_mid_reply(api: &Api) -> Vec<Frame> {
+    let (status, body) = api.post("/sessions", json!({ "id": "demo" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut events = api.events("/sessions/demo/events", None).await;
+    let text = "one two three four five six seven eight nine ten";
+    let (status, body) = api
+        .post("/sessions/demo/prompt", json!({ "id": "m1", "text": text }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let seen = events.until(|f| is(f, "agent.delta")).await;
+    assert!(
+        !seen
+            .iter()
+            .any(|f| is(f, kind::MESSAGE_APPENDED) || is(f, kind::EXECUTION_SUCCEEDED)),
+        "mid-reply: {seen:?}"
+    );
+    seen
+}
+
+/// After a restart: the log continues from `seen` with the continue notice, the agent's
+/// `agent.continuing`, and a succeeded turn; the transcript holds the prompt and its reply.
+async fn assert_resumed(api: &Api, seen: &[Frame]) {
+    let last = seen.last().and_then(|f| f.id).expect("a seq");
+    let mut events = api
+        .events("/sessions/demo/events", Some(&last.to_string()))
+        .await;
+    let after = events.until(|f| is(f, kind::EXECUTION_SUCCEEDED)).await;
+    assert_contiguous(&ids(&after), last + 1);
+    let position = |name: &str| after.iter().position(|f| is(f, name));
+    let notice = position(kind::SYNTHETIC).expect("the continue notice");
+    let data = after[notice].data.as_ref().expect("data");
+    assert_eq!(data["data"]["text"], json!(RESTART_NOTICE_TEXT));
+    let continuing = position("agent.continuing").expect("agent.continuing");
+    let succeeded = after.len() - 1;
+    assert!(notice < continuing && continuing < succeeded, "{after:?}");
+    assert!(
+        !after[..notice]
+            .iter()
+            .any(|f| is(f, kind::EXECUTION_FAILED) || is(f, kind::MESSAGE_APPENDED)),
+        "nothing ended the turn before the restart: {after:?}"
+    );
+    let messages = transcript(api, "demo", 2).await;
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(
+        (&messages[0]["id"], &messages[0]["type"]),
+        (&json!("m1"), &json!("user"))
+    );
+    assert_eq!(messages[1]["type"], json!("assistant"));
+    assert_eq!(
+        messages[1]["data"],
+        json!({
+            "reply_to": "m1",
+            "text": "echo: one two three four five six seven eight nine ten",
+        })
+    );
+    let (_, session) = api.get("/sessions/demo").await;
+    assert_eq!(
+        session["time_suspended"],
+        json!(null),
+        "released: {session}"
+    );
+}
+
+#[actix_rt::test]
+async fn server_example_resumes_a_turn_killed_mid_reply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("server.db");
+    let server = ServerProcess::spawn(&db, 500);
+    let seen = prompt_until_mid_reply(&server.api()).await;
+    drop(server); // SIGKILL mid-reply
+    let server = ServerProcess::spawn(&db, 5);
+    assert_resumed(&server.api(), &seen).await;
+}
+
+#[actix_rt::test]
+async fn server_example_ctrl_c_keeps_the_turn_for_the_next_boot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("server.db");
+    let mut server = ServerProcess::spawn(&db, 500);
+    let seen = prompt_until_mid_reply(&server.api()).await;
+    server.interrupt().await;
+    let server = ServerProcess::spawn(&db, 5);
+    let api = server.api();
+    let mut events = api.events("/sessions/demo/events", None).await;
+    let log = events.until(|f| is(f, kind::SYNTHETIC)).await;
+    let interrupted = log
+        .iter()
+        .find(|f| is(f, kind::EXECUTION_INTERRUPTED))
+        .and_then(|f| f.data.clone())
+        .expect("the shutdown was recorded");
+    assert_eq!(interrupted["data"]["reason"], json!("shutdown"));
+    assert_resumed(&api, &seen).await;
+}
