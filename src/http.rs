@@ -73,6 +73,8 @@
 //! Every error is JSON `{"error": {"type", "message"}}`; [`ApiError`] lists the statuses. With
 //! [`HttpOptions::token`] set, every route except `GET /healthz` (kept open for liveness probes;
 //! it reveals nothing) requires `Authorization: Bearer <token>` and answers 401 without it.
+//! (A browser's `EventSource` cannot send that header; behind a token, read the event stream
+//! with a `fetch`-based SSE client.)
 //!
 //! [actix-web]: https://actix.rs
 //! [`SessionInfo`]: crate::SessionInfo
