@@ -85,6 +85,8 @@ trait Job: Send {
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
     /// Sends the reply: the write's own result, or the error that stopped the batch's commit.
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>);
+    /// A copy of the error the write failed with, if it ran and failed.
+    fn failure(&self) -> Option<StoreError>;
 }
 
 struct TypedJob<F, T> {
@@ -108,12 +110,20 @@ where
 
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>) {
         let result = match (commit, self.result) {
-            (_, None) => Err(StoreError::Inconsistent("write request never ran".into())),
+            (Ok(()), None) => Err(StoreError::Inconsistent("write request never ran".into())),
+            (Err(e), None) => Err(e.duplicate()),
             (_, Some(Err(e))) => Err(e),
             (Ok(()), Some(Ok(value))) => Ok(value),
             (Err(e), Some(Ok(_))) => Err(e.duplicate()),
         };
         let _ = self.reply.send(result);
+    }
+
+    fn failure(&self) -> Option<StoreError> {
+        match &self.result {
+            Some(Err(e)) => Some(e.duplicate()),
+            _ => None,
+        }
     }
 }
 
@@ -331,7 +341,18 @@ impl WriterActor {
                 conn: &savepoint,
                 events: Vec::new(),
             };
-            if job.run(&mut ctx) {
+            let ok = job.run(&mut ctx);
+            if savepoint.is_autocommit() {
+                // SQLite rolled the whole transaction back (it may on SQLITE_FULL, IOERR, BUSY
+                // or NOMEM): the writes of the requests before this one are gone, and a later
+                // SAVEPOINT would open, and its RELEASE commit, a transaction of its own. The
+                // batch fails as a whole, with this request's error.
+                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+                return Err(job.failure().unwrap_or_else(|| {
+                    StoreError::Inconsistent("sqlite rolled back the write transaction".into())
+                }));
+            }
+            if ok {
                 let published = std::mem::take(&mut ctx.events);
                 savepoint.commit()?;
                 events.extend(published);

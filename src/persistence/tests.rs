@@ -169,3 +169,64 @@ async fn writes_after_stop_fail_with_closed() {
     let result = persistence.write(|_| Ok(())).await;
     assert!(matches!(result, Err(StoreError::Closed)));
 }
+
+/// Regression (issue #7, store faults): when SQLite rolls back the whole write transaction
+/// itself — as it may on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_BUSY` or `SQLITE_NOMEM` mid-write —
+/// the batch fails as a whole. Before the fix the requests after the failing one ran in
+/// autocommit mode: each `SAVEPOINT` opened a transaction of its own and its `RELEASE`
+/// committed it, so a request was durably stored while its caller was told it failed (and its
+/// events never reached live subscribers). Here the failing request simulates SQLite's automatic
+/// rollback with an explicit `ROLLBACK`; `tests/store_faults.rs` shows it on a real full disk.
+#[actix_rt::test]
+async fn a_transaction_rolled_back_by_sqlite_fails_the_whole_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, path) = start(&dir);
+    let (release, hold) = std::sync::mpsc::channel::<()>();
+    // Holds the writer until every other request below is queued (the last future of the join
+    // releases it), so `b` and `c` share a batch, `b` first.
+    let first = persistence.write(move |w| {
+        hold.recv_timeout(Duration::from_secs(10))
+            .expect("released");
+        w.conn()
+            .execute("INSERT INTO t (k, v) VALUES (0, 'first')", [])?;
+        Ok(())
+    });
+    let insert = |k: i64, rollback: bool| {
+        persistence.write(move |w| {
+            w.conn()
+                .execute("INSERT INTO t (k, v) VALUES (?1, 'x')", [k])?;
+            if rollback {
+                w.conn().execute_batch("ROLLBACK")?;
+                return Err(StoreError::Inconsistent("rolled back by sqlite".into()));
+            }
+            Ok(())
+        })
+    };
+    let (first, a, b, c, ()) = futures::join!(
+        first,
+        insert(1, false),
+        insert(2, true),
+        insert(3, false),
+        async move { release.send(()).expect("release the writer") }
+    );
+    assert!(b.is_err());
+    assert!(c.is_err(), "c shared b's batch, which SQLite rolled back");
+    for (k, result) in [(0, first), (1, a), (2, b), (3, c)] {
+        assert_eq!(
+            result.is_ok(),
+            row_exists(&path, k),
+            "request {k} answered {result:?} but its row stored = {}",
+            row_exists(&path, k)
+        );
+    }
+    // The writer goes on committing.
+    persistence
+        .write(|w| {
+            w.conn()
+                .execute("INSERT INTO t (k, v) VALUES (4, 'after')", [])?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+    assert!(row_exists(&path, 4));
+}
