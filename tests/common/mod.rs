@@ -542,6 +542,17 @@ impl StoreView {
                 .and_then(Value::as_str)
                 .map(str::to_string)
         };
+        // Every promotion event, by prompt id: (session, seq).
+        let mut promoted_at: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for (session, events) in &self.events {
+            for e in events.iter().filter(|e| e.kind == kind::PROMPT_PROMOTED) {
+                if let Some(id) = e.data.get("messageID").and_then(Value::as_str) {
+                    if self.inputs.get(id).is_some_and(|r| &r.session == session) {
+                        promoted_at.entry(id).or_default().push(e.seq);
+                    }
+                }
+            }
+        }
         for (id, input) in &self.inputs {
             match event_at(&input.session, input.admitted_seq) {
                 Some(e)
@@ -550,18 +561,7 @@ impl StoreView {
                         && e.data.get("prompt") == Some(&input.prompt) => {}
                 other => bad.push(format!("input {id}: admitted event is {other:?}")),
             }
-            let promotions: Vec<u64> = self
-                .events
-                .get(&input.session)
-                .map(|evs| {
-                    evs.iter()
-                        .filter(|e| {
-                            e.kind == kind::PROMPT_PROMOTED && message_id(e).as_deref() == Some(id)
-                        })
-                        .map(|e| e.seq)
-                        .collect()
-                })
-                .unwrap_or_default();
+            let promotions = promoted_at.get(id.as_str()).map_or(&[][..], Vec::as_slice);
             match input.promoted_seq {
                 None if promotions.is_empty() => {}
                 Some(seq) if promotions == [seq] => match self.messages.get(id) {
