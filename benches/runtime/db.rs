@@ -1,0 +1,275 @@
+//! Databases for the scenarios: created and migrated by the crate itself (a runtime started and
+//! shut down on the file), then seeded in bulk with rusqlite directly; and the raw rusqlite
+//! operations the baselines time.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use durable_sessions::{Runtime, SessionId, SessionInfo, Synchronous};
+use rusqlite::{params, Connection, TransactionBehavior};
+use serde_json::json;
+
+use crate::runners::Empty;
+use crate::BenchResult;
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Opens `path` the way the store does: WAL, the given `synchronous`, a busy timeout.
+pub fn open(path: &Path, sync: Synchronous) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update_and_check(None, "journal_mode", "WAL", |_| Ok(()))?;
+    conn.pragma_update(None, "synchronous", sync.as_pragma())?;
+    Ok(conn)
+}
+
+/// Creates the database at `path` with the crate's current schema: starts a runtime on it in a
+/// throwaway actix system and shuts it down.
+pub fn create(path: &Path) -> BenchResult<()> {
+    let path = path.to_path_buf();
+    actix_rt::System::new().block_on(async move {
+        let rt = Runtime::builder()
+            .database(path)
+            .runner(Empty)
+            .sweep_on_start(false)
+            .arbiters(1)
+            .start()
+            .await?;
+        rt.shutdown().await;
+        Ok(())
+    })
+}
+
+/// Removes a database file and its WAL and shared-memory files.
+pub fn remove(path: &Path) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(sibling(path, suffix));
+    }
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Copies a closed (checkpointed) database file to `to`, replacing what was there.
+pub fn copy(from: &Path, to: &Path) -> BenchResult<()> {
+    remove(to);
+    std::fs::copy(from, to)?;
+    Ok(())
+}
+
+/// Closes `conn` after checkpointing, so the main file holds everything (ready to copy).
+fn close(conn: Connection) -> BenchResult<()> {
+    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
+    conn.close().map_err(|(_, e)| e)?;
+    Ok(())
+}
+
+/// Inserts `n` top-level sessions as `Sessions::create` would store them (row, `session.created`
+/// event at seq 0, `event_sequence`), in one transaction. Every `claim_every`-th session (when
+/// non-zero) is left claimed by an earlier boot (`claim_boot = 'previous'`), as a crash would.
+pub fn seed_sessions(path: &Path, n: usize, claim_every: usize) -> BenchResult<Vec<SessionId>> {
+    let mut conn = open(path, Synchronous::Normal)?;
+    let now = now_ms();
+    let mut ids = Vec::with_capacity(n);
+    {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut session = tx.prepare(
+                "INSERT INTO session (id, parent_id, title, directory, agent, model, metadata, \
+                 time_created, time_updated, time_suspended, resume_attempts, claim_boot) \
+                 VALUES (?1, NULL, ?2, ?3, NULL, NULL, NULL, ?4, ?4, ?5, 0, ?6)",
+            )?;
+            let mut event = tx.prepare(
+                "INSERT INTO event (aggregate_id, seq, type, data, time) \
+                 VALUES (?1, 0, 'session.created', ?2, ?3)",
+            )?;
+            let mut sequence =
+                tx.prepare("INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0)")?;
+            for i in 0..n {
+                let id = SessionId::generate();
+                let time = now - (n - i) as i64;
+                let info = SessionInfo {
+                    id: id.clone(),
+                    parent_id: None,
+                    title: format!("bench session {i}"),
+                    directory: "/bench".into(),
+                    agent: None,
+                    model: None,
+                    metadata: None,
+                    time_created: time,
+                    time_updated: time,
+                    time_suspended: None,
+                    resume_attempts: 0,
+                };
+                let claimed = claim_every > 0 && i % claim_every == 0;
+                let (suspended, boot) = if claimed {
+                    (Some(time), Some("previous"))
+                } else {
+                    (None, None)
+                };
+                session.execute(params![
+                    id.as_str(),
+                    info.title,
+                    info.directory,
+                    time,
+                    suspended,
+                    boot
+                ])?;
+                event.execute(params![
+                    id.as_str(),
+                    serde_json::to_string(&json!({ "info": info }))?,
+                    time
+                ])?;
+                sequence.execute([id.as_str()])?;
+                ids.push(id);
+            }
+        }
+        tx.commit()?;
+    }
+    close(conn)?;
+    Ok(ids)
+}
+
+/// The payload of every seeded event (a restart-notice-sized `session.synthetic`).
+fn event_payload(id: &SessionId, seq: u64) -> String {
+    json!({
+        "sessionID": id,
+        "text": format!("seeded event {seq}: the quick brown fox jumps over the lazy dog"),
+        "description": "benchmark",
+    })
+    .to_string()
+}
+
+/// Inserts one session whose log holds `n` events (seqs `0..n`: `session.created`, then
+/// `session.synthetic`), with the matching `event_sequence` row, in one transaction.
+pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
+    let id = seed_sessions(path, 1, 0)?.remove(0);
+    let mut conn = open(path, Synchronous::Normal)?;
+    let now = now_ms();
+    {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut event = tx.prepare(
+                "INSERT INTO event (aggregate_id, seq, type, data, time) \
+                 VALUES (?1, ?2, 'session.synthetic', ?3, ?4)",
+            )?;
+            for seq in 1..n {
+                event.execute(params![
+                    id.as_str(),
+                    seq as i64,
+                    event_payload(&id, seq),
+                    now
+                ])?;
+            }
+            tx.execute(
+                "UPDATE event_sequence SET seq = ?2 WHERE aggregate_id = ?1",
+                params![id.as_str(), n.saturating_sub(1) as i64],
+            )?;
+        }
+        tx.commit()?;
+    }
+    close(conn)?;
+    Ok(id)
+}
+
+/// A direct rusqlite connection doing the baselines' writes on `session` rows.
+pub struct Raw {
+    conn: Connection,
+    ids: Vec<String>,
+    next: usize,
+}
+
+impl Raw {
+    /// Opens `path` with `sync`; writes rotate over `ids`.
+    pub fn open(path: &Path, sync: Synchronous, ids: &[SessionId]) -> BenchResult<Self> {
+        Ok(Self {
+            conn: open(path, sync)?,
+            ids: ids.iter().map(|id| id.as_str().to_string()).collect(),
+            next: 0,
+        })
+    }
+
+    fn id(&mut self) -> String {
+        self.next = (self.next + 1) % self.ids.len();
+        self.ids[self.next].clone()
+    }
+
+    fn transaction(&mut self, id: &str, sql: &str, with_time: bool) -> rusqlite::Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut stmt = tx.prepare_cached(sql)?;
+            if with_time {
+                stmt.execute(params![id, now_ms()])?;
+            } else {
+                stmt.execute([id])?;
+            }
+        }
+        tx.commit()
+    }
+
+    /// One single-row UPDATE transaction. The value always changes: SQLite skips writing (and
+    /// syncing) a row rewritten with identical content.
+    pub fn commit(&mut self) -> rusqlite::Result<()> {
+        let id = self.id();
+        self.transaction(
+            &id,
+            "UPDATE session SET time_updated = time_updated + 1 WHERE id = ?1",
+            false,
+        )
+    }
+
+    /// The naive turn: the claim in one transaction, an empty drain, the release in another.
+    pub fn naive_turn(&mut self) -> rusqlite::Result<()> {
+        let id = self.id();
+        self.transaction(
+            &id,
+            "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), \
+             claim_boot = 'naive' WHERE id = ?1",
+            true,
+        )?;
+        self.transaction(
+            &id,
+            "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL \
+             WHERE id = ?1",
+            false,
+        )
+    }
+}
+
+/// Runs `op` until `window` has passed (at least `min_ops` times, at most `max_ops`); returns
+/// operations per second.
+pub fn rate(
+    window: Duration,
+    min_ops: usize,
+    max_ops: usize,
+    mut op: impl FnMut() -> rusqlite::Result<()>,
+) -> BenchResult<f64> {
+    let started = Instant::now();
+    let mut done = 0;
+    while done < max_ops && (done < min_ops || started.elapsed() < window) {
+        op()?;
+        done += 1;
+    }
+    Ok(done as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Times `n` runs of `op`, in microseconds each.
+pub fn latencies(n: usize, mut op: impl FnMut() -> rusqlite::Result<()>) -> BenchResult<Vec<f64>> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let started = Instant::now();
+        op()?;
+        out.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(out)
+}

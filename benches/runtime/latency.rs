@@ -1,0 +1,149 @@
+//! `latency`: one session, sequential turns. *wake → drain start*: the time from just before
+//! `wake` to the first instant of the drain (the runner timestamps it); *whole turn*: a `resume`
+//! call to its return. p50 and p99 per repeat. Baseline: the latency of one raw single-row
+//! UPDATE transaction on the same file, timed between the turns (the claim has to commit before
+//! the drain may start, so one commit is the floor of the first figure and two commits the floor
+//! of the second).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use durable_sessions::{Runtime, SessionId, Synchronous};
+use futures::StreamExt;
+
+use crate::ceiling::SYNCS;
+use crate::db::{self, Raw};
+use crate::report::{median, percentile, Row};
+use crate::runners::Stamp;
+use crate::{timed, BenchResult, Ctx};
+
+const NAME: &str = "latency";
+
+/// Per-repeat percentiles (µs) of one synchronous setting.
+#[derive(Debug, Default)]
+struct Series {
+    commit: [Vec<f64>; 2],
+    wake: [Vec<f64>; 2],
+    whole: [Vec<f64>; 2],
+}
+
+impl Series {
+    fn push(which: &mut [Vec<f64>; 2], samples: &[f64]) {
+        which[0].push(percentile(samples, 50.0));
+        which[1].push(percentile(samples, 99.0));
+    }
+}
+
+/// Runs the scenario.
+pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
+    let n = ctx.pick(400, 40);
+    let path = ctx.dir.join("latency.db");
+    db::remove(&path);
+    db::create(&path)?;
+    let ids = db::seed_sessions(&path, 1, 0)?;
+    let mut series = [Series::default(), Series::default()];
+    for repeat in 0..ctx.repeats {
+        for (i, sync) in SYNCS.into_iter().enumerate() {
+            let (commits, wake, whole) =
+                actix_rt::System::new().block_on(turns(path.clone(), sync, ids[0].clone(), n))?;
+            let s = &mut series[i];
+            Series::push(&mut s.commit, &commits);
+            Series::push(&mut s.wake, &wake);
+            Series::push(&mut s.whole, &whole);
+            ctx.log(format_args!(
+                "latency repeat {repeat} {}: commit p50 {:.0} µs, wake->drain-start p50 {:.0} µs, \
+                 whole turn p50 {:.0} µs",
+                sync.as_pragma(),
+                s.commit[0][repeat],
+                s.wake[0][repeat],
+                s.whole[0][repeat]
+            ));
+        }
+    }
+    let mut rows = Vec::new();
+    for (sync, s) in SYNCS.into_iter().zip(series) {
+        let name = sync.as_pragma();
+        let full = sync == Synchronous::Full;
+        let [c50, c99] = s.commit;
+        let [w50, w99] = s.wake;
+        let [t50, t99] = s.whole;
+        let commit50 = Row::new(NAME, format!("commit p50 {name}"), "µs", c50);
+        let commit99 = Row::new(NAME, format!("commit p99 {name}"), "µs", c99);
+        let mut wake50 =
+            Row::new(NAME, format!("wake->drain-start p50 {name}"), "µs", w50).vs(&commit50);
+        let wake99 =
+            Row::new(NAME, format!("wake->drain-start p99 {name}"), "µs", w99).vs(&commit99);
+        let mut whole50 = Row::new(NAME, format!("whole turn p50 {name}"), "µs", t50).vs(&commit50);
+        let whole99 = Row::new(NAME, format!("whole turn p99 {name}"), "µs", t99).vs(&commit99);
+        if full {
+            // Judged per repeat against the commits timed between that repeat's turns: the
+            // median over repeats of (figure − floor).
+            let excess = |row: &Row, commits: f64| -> f64 {
+                let each: Vec<f64> = row
+                    .samples
+                    .iter()
+                    .zip(&commit50.samples)
+                    .map(|(x, c)| x - commits * c)
+                    .collect();
+                median(&each)
+            };
+            let over = excess(&wake50, 1.0);
+            wake50 = wake50.target(
+                format!("<= commit p50 + 100 µs (is +{over:.0})"),
+                over <= 100.0,
+            );
+            let over = excess(&whole50, 2.0);
+            whole50 = whole50.target(
+                format!("<= 2 commits + 150 µs (is +{over:.0})"),
+                over <= 150.0,
+            );
+        }
+        rows.extend([commit50, commit99, wake50, wake99, whole50, whole99]);
+    }
+    Ok(rows)
+}
+
+/// Times, `n` times over, interleaved: a raw commit, a wake-started turn, a raw commit, a resume
+/// — of one session, on one file, so baseline and figure see the same moment of a noisy disk.
+/// Returns the µs samples of the commits, the wake → drain start and the whole turns.
+async fn turns(
+    path: PathBuf,
+    sync: Synchronous,
+    id: SessionId,
+    n: usize,
+) -> BenchResult<(Vec<f64>, Vec<f64>, Vec<f64>)> {
+    let mut raw = Raw::open(&path, sync, std::slice::from_ref(&id))?;
+    let (runner, mut starts) = Stamp::new();
+    let rt = Runtime::builder()
+        .database(path)
+        .runner(runner)
+        .synchronous(sync)
+        .sweep_on_start(false)
+        .start()
+        .await?;
+    let exec = rt.execution();
+    // Warm up: spawn the actor, prepare the writer's statements.
+    for _ in 0..5 {
+        timed(exec.resume(&id)).await??;
+    }
+    while starts.try_recv().is_ok() {}
+    let mut commits = Vec::with_capacity(2 * n);
+    let mut wake = Vec::with_capacity(n);
+    let mut whole = Vec::with_capacity(n);
+    for _ in 0..n {
+        commits.extend(db::latencies(1, || raw.commit())?);
+        let before = Instant::now();
+        exec.wake(&id, None).await?;
+        let start = timed(starts.next()).await?.ok_or("the runner stopped")?;
+        timed(exec.await_idle(&id)).await??;
+        wake.push(start.duration_since(before).as_secs_f64() * 1e6);
+
+        commits.extend(db::latencies(1, || raw.commit())?);
+        let before = Instant::now();
+        timed(exec.resume(&id)).await??;
+        whole.push(before.elapsed().as_secs_f64() * 1e6);
+        while starts.try_recv().is_ok() {}
+    }
+    rt.shutdown().await;
+    Ok((commits, wake, whole))
+}

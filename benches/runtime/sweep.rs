@@ -1,0 +1,203 @@
+//! `sweep`: 100,000 sessions, every tenth claimed by an earlier boot (10,000 orphans), seeded in
+//! one rusqlite transaction. A fresh child process starts the runtime with
+//! `sweep_on_start(false)`, then times `resume_suspended_sessions()` to: its return, the
+//! 10,000th drain start (a counting runner), and every turn completed (`await_idle` on each
+//! resumed id); and reports its own peak RSS (`VmHWM`).
+//!
+//! Baseline: the same durable writes done by rusqlite directly in four batched transactions (count
+//! the attempts; publish the notices; claim with `execution.started`; release with
+//! `execution.succeeded`) — the floor for a perfectly batched sweep on this filesystem.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use durable_sessions::{Runtime, SessionId, Synchronous};
+use rusqlite::{params, TransactionBehavior};
+use serde_json::{json, Value};
+
+use crate::ceiling::SYNCS;
+use crate::child::{self, field, peak_rss_mib, rss_mib};
+use crate::db;
+use crate::report::Row;
+use crate::runners::Counting;
+use crate::{timed, BenchResult, Ctx};
+
+const NAME: &str = "sweep";
+
+/// One claimed session in this many.
+const CLAIM_EVERY: usize = 10;
+
+/// Runs the scenario.
+pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
+    let total = ctx.pick(100_000, 10_000);
+    let template = ctx.dir.join("sweep-template.db");
+    db::remove(&template);
+    db::create(&template)?;
+    let ids = db::seed_sessions(&template, total, CLAIM_EVERY)?;
+    let claimed: Vec<SessionId> = ids.into_iter().step_by(CLAIM_EVERY).collect();
+    let run_db = ctx.dir.join("sweep-run.db");
+    // Per sync: raw baseline, returned, drains started, turns completed, peak RSS, start RSS.
+    let mut figures: [[Vec<f64>; 6]; 2] = Default::default();
+    for repeat in 0..ctx.repeats {
+        for (i, sync) in SYNCS.into_iter().enumerate() {
+            db::copy(&template, &run_db)?;
+            let raw = raw_sweep(&run_db, sync, &claimed)?;
+            db::copy(&template, &run_db)?;
+            let args = json!({
+                "db": run_db,
+                "sync": sync.as_pragma(),
+                "claimed": claimed.len(),
+            });
+            let out = child::spawn("sweep", &args)?;
+            let values = [
+                raw,
+                field(&out, "returned_s")?,
+                field(&out, "started_s")?,
+                field(&out, "completed_s")?,
+                field(&out, "peak_rss_mib")?,
+                field(&out, "start_rss_mib")?,
+            ];
+            for (dst, v) in figures[i].iter_mut().zip(values) {
+                dst.push(v);
+            }
+            ctx.log(format_args!(
+                "sweep repeat {repeat} {}: raw {:.3} s; returned {:.3} s, started {:.3} s, \
+                 completed {:.3} s, peak {:.1} MiB",
+                sync.as_pragma(),
+                values[0],
+                values[1],
+                values[2],
+                values[3],
+                values[4]
+            ));
+        }
+    }
+    let mut rows = Vec::new();
+    let n = claimed.len();
+    for (sync, [raw, returned, started, completed, peak, start]) in SYNCS.into_iter().zip(figures) {
+        let s = sync.as_pragma();
+        let full = sync == Synchronous::Full;
+        let raw = Row::new(NAME, format!("raw batched writes {s}"), "s", raw);
+        let returned = Row::new(NAME, format!("sweep call returned {s}"), "s", returned).vs(&raw);
+        let mut started =
+            Row::new(NAME, format!("all {n} drains started {s}"), "s", started).vs(&raw);
+        let mut completed =
+            Row::new(NAME, format!("all {n} turns completed {s}"), "s", completed).vs(&raw);
+        let start = Row::new(NAME, format!("child RSS before start {s}"), "MiB", start);
+        let mut peak = Row::new(NAME, format!("peak RSS {s}"), "MiB", peak).vs(&start);
+        if full {
+            let met = started.median() <= 0.5;
+            started = started.target("<= 0.5 s", met);
+            let met = completed.median() <= 1.5;
+            completed = completed.target("<= 1.5 s", met);
+            let met = peak.median() <= 64.0;
+            peak = peak.target("<= 64 MiB", met);
+        }
+        rows.extend([raw, returned, started, completed, peak, start]);
+    }
+    Ok(rows)
+}
+
+/// The sweep's durable writes for `claimed`, by rusqlite directly in four transactions; seconds.
+fn raw_sweep(path: &Path, sync: Synchronous, claimed: &[SessionId]) -> BenchResult<f64> {
+    let mut conn = db::open(path, sync)?;
+    let started = Instant::now();
+    let orphans: Vec<String> = conn
+        .prepare(
+            "SELECT id FROM session WHERE time_suspended IS NOT NULL AND parent_id IS NULL \
+             AND claim_boot <> 'now' ORDER BY time_suspended, id",
+        )?
+        .query_map([], |row| row.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    if orphans.len() != claimed.len() {
+        return Err(format!("found {} orphans, seeded {}", orphans.len(), claimed.len()).into());
+    }
+    let steps: [(&str, Option<&str>); 4] = [
+        ("", None),
+        ("session.synthetic", None),
+        (
+            "session.execution.started",
+            Some("UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), claim_boot = 'now' WHERE id = ?1"),
+        ),
+        (
+            "session.execution.succeeded",
+            Some("UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL WHERE id = ?1 AND ?2 IS NOT NULL"),
+        ),
+    ];
+    for (kind, projection) in steps {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for id in &orphans {
+            let now = db::now_ms();
+            if kind.is_empty() {
+                tx.prepare_cached(
+                    "UPDATE session SET resume_attempts = resume_attempts + 1 WHERE id = ?1 \
+                     RETURNING resume_attempts",
+                )?
+                .query_row([id], |row| row.get::<_, i64>(0))?;
+                continue;
+            }
+            let seq: i64 = tx
+                .prepare_cached(
+                    "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
+                     ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq",
+                )?
+                .query_row([id], |row| row.get(0))?;
+            tx.prepare_cached(
+                "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![id, seq, kind, r#"{"boot":"now"}"#, now])?;
+            if let Some(sql) = projection {
+                tx.prepare_cached(sql)?.execute(params![id, now])?;
+            }
+        }
+        tx.commit()?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// In the child: the timed sweep.
+pub fn child(args: &Value) -> BenchResult<Value> {
+    let path = PathBuf::from(args["db"].as_str().ok_or("no db")?);
+    let sync = match args["sync"].as_str() {
+        Some("NORMAL") => Synchronous::Normal,
+        _ => Synchronous::Full,
+    };
+    let claimed = usize::try_from(args["claimed"].as_u64().ok_or("no claimed")?)?;
+    let start_rss = rss_mib();
+    actix_rt::System::new().block_on(async move {
+        let counter = Counting::new(claimed);
+        let rt = Runtime::builder()
+            .database(path)
+            .runner(counter.clone())
+            .synchronous(sync)
+            .sweep_on_start(false)
+            .start()
+            .await?;
+        let ready_rss = rss_mib();
+        let t0 = Instant::now();
+        let report = rt.resume_suspended_sessions().await?;
+        let returned = t0.elapsed();
+        if report.resumed.len() != claimed {
+            return Err(format!("resumed {} of {claimed}", report.resumed.len()).into());
+        }
+        let reached = timed(counter.reached()).await?;
+        let exec = rt.execution();
+        for id in &report.resumed {
+            timed(exec.await_idle(id)).await??;
+        }
+        let completed = t0.elapsed();
+        let peak = peak_rss_mib();
+        let stats = rt.stats();
+        rt.shutdown().await;
+        Ok(json!({
+            "returned_s": returned.as_secs_f64(),
+            "started_s": reached.duration_since(t0).as_secs_f64(),
+            "completed_s": completed.as_secs_f64(),
+            "peak_rss_mib": peak,
+            "start_rss_mib": start_rss,
+            "ready_rss_mib": ready_rss,
+            "drains": counter.started(),
+            "stats": stats,
+        }))
+    })
+}
