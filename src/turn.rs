@@ -159,11 +159,14 @@ impl Turn {
     /// Publishes a runner-defined event on the session's log (committed, then broadcast).
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for an empty name or one of the runtime's own event names (those
+    /// [`Error::InvalidInput`] for an empty, over-long or control-character name, or one of the runtime's own event names (those
     /// carry projections only the runtime may trigger); [`Error::Store`] when the write failed.
     pub async fn publish(&self, event: &str, data: Value) -> Result<EventRecord> {
-        if event.is_empty() || event.len() > 128 {
-            return Err(Error::invalid("event", "must be 1 to 128 bytes"));
+        if event.is_empty() || event.len() > 128 || event.chars().any(char::is_control) {
+            return Err(Error::invalid(
+                "event",
+                "must be 1 to 128 bytes without control characters",
+            ));
         }
         if kind::BUILTIN.contains(&event) && event != kind::SYNTHETIC {
             return Err(Error::invalid(
