@@ -38,11 +38,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -51,15 +47,14 @@ use durable_sessions::{CreateSession, MessageId, PromptInput, Runtime, SessionId
 use serde::{Deserialize, Serialize};
 
 use common::{
-    prompt_body, run_seed, say, splitmix, EchoOptions, EchoRunner, StoreView, TestDb, XorShift,
+    prompt_body, run_seed, say, splitmix, ChildProcess, EchoOptions, EchoRunner, StoreView, TestDb,
+    XorShift,
 };
 
 /// The child's plan (JSON); set only in child processes.
 const PLAN_ENV: &str = "DS_MATRIX_PLAN";
 /// The database file the child opens.
 const DB_ENV: &str = "DS_MATRIX_DB";
-/// How long the parent waits for a child's marker before failing.
-const CHILD_WAIT: Duration = Duration::from_secs(20);
 /// The resume budget of the named-point scenarios.
 const BUDGET: u32 = 3;
 /// The resume budget of the crash-loop scenarios (`budget + 1` crashing boots end in `aborted`).
@@ -209,138 +204,17 @@ async fn child(plan: Plan, db: PathBuf) {
 // ---------------------------------------------------------------------------------------------
 // The parent side: child processes.
 
-/// A running child; killed (SIGKILL) and reaped on drop if the test failed first.
-struct ChildProc {
-    process: std::process::Child,
-    /// Complete stdout lines, from a reader thread.
-    lines: mpsc::Receiver<String>,
-    reader: Option<thread::JoinHandle<()>>,
-    /// The lines read so far.
-    seen: Vec<String>,
-    stderr: Option<thread::JoinHandle<String>>,
-}
-
-impl ChildProc {
-    /// Re-executes this test binary, running only `test`, as a matrix child with `plan` on
-    /// `db`, armed at crash point `point` if any.
-    fn spawn(test: &str, plan: &Plan, db: &Path, point: Option<&str>) -> ChildProc {
-        let exe = std::env::current_exe().expect("current test binary");
-        let mut command = Command::new(exe);
-        command
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(PLAN_ENV, serde_json::to_string(plan).unwrap())
-            .env(DB_ENV, db)
-            .env_remove("DS_CRASH_POINT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        if let Some(point) = point {
-            command.env("DS_CRASH_POINT", point);
-        }
-        let mut process = command.spawn().expect("spawn matrix child");
-        let stdout = process.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        let reader = thread::spawn(move || {
-            let mut stdout = BufReader::new(stdout);
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                match stdout.read_until(b'\n', &mut line) {
-                    // A line cut by the kill (no newline) was never fully printed: drop it.
-                    Ok(0) | Err(_) => break,
-                    Ok(_) if line.last() != Some(&b'\n') => break,
-                    Ok(_) => {
-                        let text = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
-                        if tx.send(text).is_err() {
-                            break;
-                        }
-                    }
-                }
-            }
-        });
-        let mut stderr = process.stderr.take().expect("piped stderr");
-        let stderr = thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            text
-        });
-        ChildProc {
-            process,
-            lines,
-            reader: Some(reader),
-            seen: Vec::new(),
-            stderr: Some(stderr),
-        }
+/// Re-executes this test binary, running only `test`, as a matrix child with `plan` on `db`,
+/// armed at crash point `point` if any.
+fn spawn_child(test: &str, plan: &Plan, db: &Path, point: Option<&str>) -> ChildProcess {
+    let mut env = vec![
+        (PLAN_ENV, serde_json::to_string(plan).unwrap()),
+        (DB_ENV, db.display().to_string()),
+    ];
+    if let Some(point) = point {
+        env.push(("DS_CRASH_POINT", point.to_string()));
     }
-
-    /// Reads stdout until a line starting with `prefix`; panics (showing the child's output)
-    /// when the child exits first or [`CHILD_WAIT`] passes.
-    fn wait_for(&mut self, prefix: &str) {
-        let deadline = Instant::now() + CHILD_WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    let found = line.starts_with(prefix);
-                    self.seen.push(line);
-                    if found {
-                        return;
-                    }
-                }
-                Err(e) => self.fail(&format!("no {prefix:?} from the child ({e})")),
-            }
-        }
-    }
-
-    /// Reads stdout until it has seen a line starting with each of `prefixes`, in any order.
-    fn wait_for_all(&mut self, prefixes: &[&str]) {
-        for prefix in prefixes {
-            if !self.seen.iter().any(|l| l.starts_with(prefix)) {
-                self.wait_for(prefix);
-            }
-        }
-    }
-
-    fn fail(&mut self, why: &str) -> ! {
-        let _ = self.process.kill();
-        let status = self.process.wait();
-        let stderr = self
-            .stderr
-            .take()
-            .and_then(|h| h.join().ok())
-            .unwrap_or_default();
-        panic!(
-            "{why}; child status {status:?}\n--- child stdout ---\n{}\n--- child stderr ---\n{stderr}",
-            self.seen.join("\n")
-        );
-    }
-
-    /// SIGKILLs the child, reaps it and returns every complete line it printed.
-    fn kill(mut self) -> Vec<String> {
-        if let Ok(Some(status)) = self.process.try_wait() {
-            self.fail(&format!("the child exited on its own ({status})"));
-        }
-        self.process.kill().expect("SIGKILL the child");
-        let status = self.process.wait().expect("reap the child");
-        if status.signal() != Some(9) {
-            self.fail(&format!("the child did not die of SIGKILL: {status}"));
-        }
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-        let mut lines = std::mem::take(&mut self.seen);
-        lines.extend(self.lines.try_iter());
-        lines
-    }
-}
-
-impl Drop for ChildProc {
-    fn drop(&mut self) {
-        if let Ok(None) = self.process.try_wait() {
-            let _ = self.process.kill();
-            let _ = self.process.wait();
-        }
-    }
+    ChildProcess::spawn(test, &env)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -506,14 +380,14 @@ fn crash_with(
     ledger: &mut Ledger,
     plan: &Plan,
     point: Option<&str>,
-    kill_after: impl FnOnce(&mut ChildProc),
+    kill_after: impl FnOnce(&mut ChildProcess),
 ) -> Vec<String> {
     let context = format!(
         "{test} boot {} (seed {}, point {point:?})",
         plan.boot, plan.seed
     );
     let before = StoreView::read(db);
-    let mut child = ChildProc::spawn(test, plan, db, point);
+    let mut child = spawn_child(test, plan, db, point);
     kill_after(&mut child);
     let lines = child.kill();
     ledger.kills += 1;
