@@ -85,8 +85,22 @@ fn init_connection(
 }
 
 /// Opens one plain (unpooled) connection with the store's PRAGMAs. Does not migrate.
+///
+/// The connection must be able to write: SQLite silently opens a file it may not write (file
+/// mode, immutable attribute, read-only mount) read-only, and such a connection would fail
+/// every write with `SQLITE_READONLY` even after the file became writable again. That is
+/// refused here, with the same error code, so a runtime on such a file fails at `start`.
 pub(crate) fn open_connection(cfg: &StoreConfig) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(&cfg.path)?;
+    if conn.is_readonly(rusqlite::MAIN_DB)? {
+        return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
+            Some(format!(
+                "{} can only be opened read-only",
+                cfg.path.display()
+            )),
+        )));
+    }
     init_connection(&mut conn, cfg.synchronous, cfg.busy_timeout)?;
     Ok(conn)
 }
