@@ -48,11 +48,15 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
         });
     }
     // (4a) Count every attempt durably, in one batched transaction, before any notice or drain.
+    // A count takes the claim for this boot, so an orphan is counted once per boot even when
+    // sweeps run concurrently; one released (or claimed by a turn of this process) since it was
+    // listed is skipped.
+    let boot = core.boot.clone();
     let counted: Vec<(SessionId, u32)> = persistence
         .write(move |w| {
             let mut counted = Vec::with_capacity(orphans.len());
             for id in orphans {
-                if let Some(attempts) = store::count_resume(w.conn(), &id)? {
+                if let Some(attempts) = store::count_resume(w.conn(), &id, &boot)? {
                     counted.push((id, attempts));
                 }
             }
@@ -66,6 +70,13 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
         .write(move |w| {
             let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
             for (id, attempts) in counted {
+                // A turn of this process may have ended (released) the claim since the count:
+                // then there is nothing left to resume or to terminalize.
+                let claimed =
+                    store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
+                if !claimed {
+                    continue;
+                }
                 if attempts > max {
                     let error =
                         json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
@@ -101,4 +112,75 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
         resumed,
         terminalized,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::event::kind;
+    use crate::id::SessionId;
+    use crate::service::CreateSession;
+    use crate::testing::{self, Gate, Script, ScriptedRunner};
+    use crate::Runtime;
+
+    /// Regression (issue #7): two sweeps running at once in one boot count each orphaned turn
+    /// once, publish one restart notice for it and resume it once. Before the fix both sweeps
+    /// listed every orphan before either counted, so each was counted twice (spending its
+    /// resume budget twice as fast) and got two notices.
+    #[actix_rt::test]
+    async fn concurrent_sweeps_count_notice_and_resume_each_orphan_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sweep.db");
+        let runner = ScriptedRunner::new();
+        let gate = Gate::new();
+        let runtime = Runtime::builder()
+            .database(&path)
+            .runner(runner.clone())
+            .arbiters(2)
+            .sweep_on_start(false)
+            .shutdown_grace(Duration::from_secs(2))
+            .start()
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for i in 0..5 {
+            let id = SessionId::new(format!("orphan{i}")).unwrap();
+            runtime
+                .sessions()
+                .create(CreateSession {
+                    id: Some(id.clone()),
+                    directory: "/sweep".into(),
+                    ..CreateSession::default()
+                })
+                .await
+                .unwrap();
+            testing::seed_claim(&path, &id, 0).unwrap();
+            runner.push(&id, Script::Gate(gate.clone()));
+            ids.push(id);
+        }
+        let (a, b) = futures::join!(
+            runtime.resume_suspended_sessions(),
+            runtime.resume_suspended_sessions()
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        let mut resumed: Vec<_> = a.resumed.iter().chain(&b.resumed).cloned().collect();
+        resumed.sort();
+        assert_eq!(resumed, ids, "each orphan resumed by exactly one sweep");
+        for id in &ids {
+            assert_eq!(testing::resume_attempts(&path, id).unwrap(), 1, "{id}");
+            let notices = testing::events_of_kind(&path, id, kind::SYNTHETIC).unwrap();
+            assert_eq!(notices.len(), 1, "{id}");
+        }
+        runner
+            .wait_for_drains(ids.len(), Duration::from_secs(10))
+            .await;
+        gate.release();
+        for id in &ids {
+            runtime.execution().await_idle(id).await.unwrap();
+            assert_eq!(runner.drains_of(id).len(), 1, "{id}");
+            assert!(!testing::is_claimed(&path, id).unwrap());
+        }
+        runtime.shutdown().await;
+    }
 }

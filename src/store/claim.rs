@@ -32,14 +32,25 @@ pub(crate) fn release(conn: &Connection, id: &SessionId) -> Result<bool, StoreEr
     Ok(stmt.execute([id.as_str()])? > 0)
 }
 
-/// Counts one resume attempt of `id`'s claimed turn and returns the new count, or `None` when
-/// the session is gone.
-pub(crate) fn count_resume(conn: &Connection, id: &SessionId) -> Result<Option<u32>, StoreError> {
+/// Counts one resume attempt of `id`'s claimed turn for process boot `boot` and returns the new
+/// count, taking the claim for `boot` (`claim_boot`), so a turn is counted at most once per boot.
+/// `None` when there is nothing to count: the session is gone, its claim was released, or the
+/// claim is already `boot`'s — a turn this process started, or a sweep of this boot (running
+/// concurrently) counted it first.
+pub(crate) fn count_resume(
+    conn: &Connection,
+    id: &SessionId,
+    boot: &str,
+) -> Result<Option<u32>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE session SET resume_attempts = resume_attempts + 1 WHERE id = ?1 \
+        "UPDATE session SET resume_attempts = resume_attempts + 1, claim_boot = ?2 \
+         WHERE id = ?1 AND time_suspended IS NOT NULL \
+           AND (claim_boot IS NULL OR claim_boot <> ?2) \
          RETURNING resume_attempts",
     )?;
-    Ok(stmt.query_row([id.as_str()], |row| row.get(0)).optional()?)
+    Ok(stmt
+        .query_row(rusqlite::params![id.as_str(), boot], |row| row.get(0))
+        .optional()?)
 }
 
 /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot` (a
@@ -102,7 +113,7 @@ mod tests {
         let conn = &db.conn;
         create(conn, "a", None, 100)?;
         assert!(claim(conn, &sid("a"), 1_000, "boot-1")?);
-        count_resume(conn, &sid("a"))?;
+        count_resume(conn, &sid("a"), "boot-2")?;
         assert!(claim(conn, &sid("a"), 2_000, "boot-2")?);
         let state = claim_state(conn, &sid("a"))?.expect("stored");
         assert_eq!(
@@ -133,8 +144,8 @@ mod tests {
         let conn = &db.conn;
         create(conn, "a", None, 100)?;
         claim(conn, &sid("a"), 1_000, "boot")?;
-        count_resume(conn, &sid("a"))?;
-        count_resume(conn, &sid("a"))?;
+        count_resume(conn, &sid("a"), "boot-2")?;
+        count_resume(conn, &sid("a"), "boot-3")?;
         assert!(release(conn, &sid("a"))?);
         let state = claim_state(conn, &sid("a"))?.expect("stored");
         assert_eq!(
@@ -158,14 +169,36 @@ mod tests {
         let conn = &db.conn;
         create(conn, "a", None, 100)?;
         claim(conn, &sid("a"), 1_000, "boot")?;
-        assert_eq!(count_resume(conn, &sid("a"))?, Some(1));
-        assert_eq!(count_resume(conn, &sid("a"))?, Some(2));
-        assert_eq!(count_resume(conn, &sid("a"))?, Some(3));
-        assert_eq!(count_resume(conn, &sid("ghost"))?, None);
+        assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, Some(1));
+        assert_eq!(count_resume(conn, &sid("a"), "boot-3")?, Some(2));
+        assert_eq!(count_resume(conn, &sid("a"), "boot-4")?, Some(3));
+        assert_eq!(count_resume(conn, &sid("ghost"), "boot-4")?, None);
         assert_eq!(
             get_session(conn, &sid("a"))?.expect("stored").time_updated,
             100
         );
+        Ok(())
+    }
+
+    #[test]
+    fn count_resume_counts_once_per_boot_and_never_a_released_claim() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        create(conn, "a", None, 100)?;
+        claim(conn, &sid("a"), 1_000, "crashed")?;
+        assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, Some(1));
+        // A second count in the same boot (a concurrent sweep) finds the claim taken.
+        assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, None);
+        let state = claim_state(conn, &sid("a"))?.expect("stored");
+        assert_eq!(state.resume_attempts, 1);
+        assert_eq!(state.claim_boot.as_deref(), Some("boot-2"));
+        // The next boot counts again.
+        assert_eq!(count_resume(conn, &sid("a"), "boot-3")?, Some(2));
+        // A released claim is never counted.
+        release(conn, &sid("a"))?;
+        assert_eq!(count_resume(conn, &sid("a"), "boot-4")?, None);
+        let state = claim_state(conn, &sid("a"))?.expect("stored");
+        assert_eq!((state.time_suspended, state.resume_attempts), (None, 0));
         Ok(())
     }
 
@@ -204,7 +237,7 @@ mod tests {
         create(conn, "idle-child", Some("parent"), 100)?;
         claim(conn, &sid("parent"), 10, "b")?;
         claim(conn, &sid("busy-child"), 10, "b")?;
-        count_resume(conn, &sid("busy-child"))?;
+        count_resume(conn, &sid("busy-child"), "b2")?;
 
         assert_eq!(release_child_claims(conn)?, 1);
         let child = claim_state(conn, &sid("busy-child"))?.expect("stored");
