@@ -444,12 +444,12 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
         // The sweep: one forced drain per resumed turn, none for anything else, no claim left.
         let swept = StoreView::read(db);
         let mut forced = BTreeMap::new();
-        for (session, was_forced) in runner.drains() {
+        for ((session, was_forced), n) in runner.drains() {
             assert!(
                 was_forced,
                 "{context}: a wake drain of {session} ran during the sweep"
             );
-            *forced.entry(session).or_insert(0) += 1;
+            *forced.entry(session).or_insert(0) += n;
         }
         check_boot(&before, &swept, ledger, &forced, true, max, &context);
         for id in &orphans {

@@ -673,7 +673,9 @@ pub struct EchoOptions {
 pub struct EchoRunner {
     options: EchoOptions,
     rng: Arc<AtomicU64>,
-    drains: Arc<Mutex<Vec<(String, bool)>>>,
+    /// Drains started, per (session, forced): bounded by the sessions, so a long load run's
+    /// memory measures the runtime, not this record.
+    drains: Arc<Mutex<BTreeMap<(String, bool), usize>>>,
 }
 
 impl std::fmt::Debug for EchoRunner {
@@ -694,8 +696,8 @@ impl EchoRunner {
         }
     }
 
-    /// Every drain started: (session, forced).
-    pub fn drains(&self) -> Vec<(String, bool)> {
+    /// How many drains started, per (session, forced).
+    pub fn drains(&self) -> BTreeMap<(String, bool), usize> {
         self.drains.lock().unwrap().clone()
     }
 
@@ -739,10 +741,12 @@ pub async fn unreplied(turn: &Turn) -> Result<Vec<String>, RunError> {
 impl Runner for EchoRunner {
     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
         let session = turn.session_id().to_string();
-        self.drains
+        *self
+            .drains
             .lock()
             .unwrap()
-            .push((session.clone(), turn.is_forced()));
+            .entry((session.clone(), turn.is_forced()))
+            .or_insert(0) += 1;
         if self.options.print {
             say(&format!("DRAIN {session} {}", turn.is_forced()));
         }
