@@ -1,6 +1,11 @@
 //! Memory-sensitive scenarios run in a fresh child process: the bench binary re-executes itself
 //! with `DS_BENCH_CHILD=<kind>` and its arguments as JSON in `DS_BENCH_ARGS`; the child prints
 //! one `DS_BENCH_RESULT <json>` line on stdout. Its `VmHWM` (peak RSS) is then its own.
+//!
+//! The same entry point serves profiling by hand, e.g. under `valgrind --tool=massif`:
+//! `DS_BENCH_CHILD=seed DS_BENCH_ARGS='{"db":"/tmp/m.db","n":5000}' <bench binary>` creates a
+//! database, then `DS_BENCH_CHILD=memory DS_BENCH_ARGS='{"db":"/tmp/m.db","n":5000,
+//! "idle_ms":20000}' valgrind --tool=massif <bench binary>` profiles the memory scenario.
 
 use std::process::{Command, ExitCode, Stdio};
 
@@ -62,6 +67,7 @@ pub fn dispatch() -> Option<ExitCode> {
             "sweep" => crate::sweep::child(&args),
             "memory" => crate::memory::child(&args),
             "memory-floor" => crate::memory::floor_child(&args),
+            "seed" => crate::db::seed_child(&args),
             other => Err(format!("unknown child scenario {other}").into()),
         });
     Some(match result {

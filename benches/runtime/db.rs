@@ -138,6 +138,16 @@ pub fn seed_sessions(path: &Path, n: usize, claim_every: usize) -> BenchResult<V
     Ok(ids)
 }
 
+/// In a child (for profiling by hand): creates the database `db` with `n` sessions.
+pub fn seed_child(args: &serde_json::Value) -> BenchResult<serde_json::Value> {
+    let path = PathBuf::from(args["db"].as_str().ok_or("no db")?);
+    let n = usize::try_from(args["n"].as_u64().ok_or("no n")?)?;
+    remove(&path);
+    create(&path)?;
+    seed_sessions(&path, n, 0)?;
+    Ok(json!({ "db": path, "sessions": n }))
+}
+
 /// The payload of every seeded event (a restart-notice-sized `session.synthetic`).
 fn event_payload(id: &SessionId, seq: u64) -> String {
     json!({
@@ -226,6 +236,39 @@ impl Raw {
             "UPDATE session SET time_updated = time_updated + 1 WHERE id = ?1",
             false,
         )
+    }
+
+    /// The statements of the runtime's claim transaction, by hand: a savepoint, the sequence
+    /// upsert, the `session.execution.started` insert (a serialized JSON payload) and the claim
+    /// UPDATE. (A diagnostic: how much of a turn's commit is SQL work.)
+    pub fn claim_shaped(&mut self) -> rusqlite::Result<()> {
+        let id = self.id();
+        let now = now_ms();
+        let data = json!({ "boot": "0199a0b1c2d3e4f5a6b7c8d9e0f1a2b3" }).to_string();
+        let mut tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let sp = tx.savepoint()?;
+            let seq: i64 = sp
+                .prepare_cached(
+                    "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
+                     ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq",
+                )?
+                .query_row([&id], |row| row.get(0))?;
+            sp.prepare_cached(
+                "INSERT INTO event (aggregate_id, seq, type, data, time) \
+                 VALUES (?1, ?2, 'session.execution.started', ?3, ?4)",
+            )?
+            .execute(params![id, seq, data, now])?;
+            sp.prepare_cached(
+                "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), \
+                 claim_boot = 'shaped' WHERE id = ?1",
+            )?
+            .execute(params![id, now])?;
+            sp.commit()?;
+        }
+        tx.commit()
     }
 
     /// The naive turn: the claim in one transaction, an empty drain, the release in another.

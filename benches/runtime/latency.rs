@@ -1,11 +1,11 @@
 //! `latency`: one session, sequential turns. *wake → drain start*: the time from just before
 //! `wake` to the first instant of the drain (the runner timestamps it); *whole turn*: a `resume`
 //! call to its return. p50 and p99 per repeat. Baseline: the latency of one raw single-row
-//! UPDATE transaction on the same file, timed between the turns (the claim has to commit before
-//! the drain may start, so one commit is the floor of the first figure and two commits the floor
-//! of the second).
+//! UPDATE transaction on a copy of the database beside it, timed between the turns (the claim
+//! has to commit before the drain may start, so one commit is the floor of the first figure and
+//! two commits the floor of the second).
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::Instant;
 
 use durable_sessions::{Runtime, SessionId, Synchronous};
@@ -23,7 +23,9 @@ const NAME: &str = "latency";
 #[derive(Debug, Default)]
 struct Series {
     commit: [Vec<f64>; 2],
+    shaped: [Vec<f64>; 2],
     wake: [Vec<f64>; 2],
+    resume: [Vec<f64>; 2],
     whole: [Vec<f64>; 2],
 }
 
@@ -41,15 +43,20 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     db::remove(&path);
     db::create(&path)?;
     let ids = db::seed_sessions(&path, 1, 0)?;
+    // The raw commits go to a copy beside it: same filesystem and moment, but they must not
+    // invalidate the runtime's page caches (another connection writing the same file would).
+    let raw_path = ctx.dir.join("latency-raw.db");
+    db::copy(&path, &raw_path)?;
     let mut series = [Series::default(), Series::default()];
     for repeat in 0..ctx.repeats {
         for (i, sync) in SYNCS.into_iter().enumerate() {
-            let (commits, wake, whole) =
-                actix_rt::System::new().block_on(turns(path.clone(), sync, ids[0].clone(), n))?;
+            let t = actix_rt::System::new().block_on(turns(&path, &raw_path, sync, &ids[0], n))?;
             let s = &mut series[i];
-            Series::push(&mut s.commit, &commits);
-            Series::push(&mut s.wake, &wake);
-            Series::push(&mut s.whole, &whole);
+            Series::push(&mut s.commit, &t.commits);
+            Series::push(&mut s.shaped, &t.shaped);
+            Series::push(&mut s.wake, &t.wake);
+            Series::push(&mut s.resume, &t.resume);
+            Series::push(&mut s.whole, &t.whole);
             ctx.log(format_args!(
                 "latency repeat {repeat} {}: commit p50 {:.0} µs, wake->drain-start p50 {:.0} µs, \
                  whole turn p50 {:.0} µs",
@@ -65,14 +72,28 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         let name = sync.as_pragma();
         let full = sync == Synchronous::Full;
         let [c50, c99] = s.commit;
+        let [s50, _] = s.shaped;
         let [w50, w99] = s.wake;
+        let [r50, r99] = s.resume;
         let [t50, t99] = s.whole;
         let commit50 = Row::new(NAME, format!("commit p50 {name}"), "µs", c50);
         let commit99 = Row::new(NAME, format!("commit p99 {name}"), "µs", c99);
+        let shaped50 = Row::new(
+            NAME,
+            format!("raw claim-shaped commit p50 {name}"),
+            "µs",
+            s50,
+        )
+        .vs(&commit50)
+        .note("the claim transaction's statements by hand: SQL cost without the actors");
         let mut wake50 =
             Row::new(NAME, format!("wake->drain-start p50 {name}"), "µs", w50).vs(&commit50);
         let wake99 =
             Row::new(NAME, format!("wake->drain-start p99 {name}"), "µs", w99).vs(&commit99);
+        let resume50 =
+            Row::new(NAME, format!("resume->drain-start p50 {name}"), "µs", r50).vs(&commit50);
+        let resume99 =
+            Row::new(NAME, format!("resume->drain-start p99 {name}"), "µs", r99).vs(&commit99);
         let mut whole50 = Row::new(NAME, format!("whole turn p50 {name}"), "µs", t50).vs(&commit50);
         let whole99 = Row::new(NAME, format!("whole turn p99 {name}"), "µs", t99).vs(&commit99);
         if full {
@@ -98,24 +119,41 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
                 over <= 150.0,
             );
         }
-        rows.extend([commit50, commit99, wake50, wake99, whole50, whole99]);
+        rows.extend([
+            commit50, commit99, shaped50, wake50, wake99, resume50, resume99, whole50, whole99,
+        ]);
     }
     Ok(rows)
 }
 
+/// The µs samples of one run.
+#[derive(Debug, Default)]
+struct Samples {
+    /// Raw single-row UPDATE transactions, timed between the turns.
+    commits: Vec<f64>,
+    /// Raw transactions with the claim's statements, timed between the turns.
+    shaped: Vec<f64>,
+    /// Just before `wake` → the drain's first instant.
+    wake: Vec<f64>,
+    /// Just before `resume` → the drain's first instant (the first half of a whole turn).
+    resume: Vec<f64>,
+    /// `resume` call → its return.
+    whole: Vec<f64>,
+}
+
 /// Times, `n` times over, interleaved: a raw commit, a wake-started turn, a raw commit, a resume
 /// — of one session, on one file, so baseline and figure see the same moment of a noisy disk.
-/// Returns the µs samples of the commits, the wake → drain start and the whole turns.
 async fn turns(
-    path: PathBuf,
+    path: &Path,
+    raw_path: &Path,
     sync: Synchronous,
-    id: SessionId,
+    id: &SessionId,
     n: usize,
-) -> BenchResult<(Vec<f64>, Vec<f64>, Vec<f64>)> {
-    let mut raw = Raw::open(&path, sync, std::slice::from_ref(&id))?;
+) -> BenchResult<Samples> {
+    let mut raw = Raw::open(raw_path, sync, std::slice::from_ref(id))?;
     let (runner, mut starts) = Stamp::new();
     let rt = Runtime::builder()
-        .database(path)
+        .database(path.to_path_buf())
         .runner(runner)
         .synchronous(sync)
         .sweep_on_start(false)
@@ -124,26 +162,27 @@ async fn turns(
     let exec = rt.execution();
     // Warm up: spawn the actor, prepare the writer's statements.
     for _ in 0..5 {
-        timed(exec.resume(&id)).await??;
+        timed(exec.resume(id)).await??;
     }
     while starts.try_recv().is_ok() {}
-    let mut commits = Vec::with_capacity(2 * n);
-    let mut wake = Vec::with_capacity(n);
-    let mut whole = Vec::with_capacity(n);
+    let mut s = Samples::default();
+    let us = |from: Instant, to: Instant| to.duration_since(from).as_secs_f64() * 1e6;
     for _ in 0..n {
-        commits.extend(db::latencies(1, || raw.commit())?);
+        s.commits.extend(db::latencies(1, || raw.commit())?);
+        s.shaped.extend(db::latencies(1, || raw.claim_shaped())?);
         let before = Instant::now();
-        exec.wake(&id, None).await?;
+        exec.wake(id, None).await?;
         let start = timed(starts.next()).await?.ok_or("the runner stopped")?;
-        timed(exec.await_idle(&id)).await??;
-        wake.push(start.duration_since(before).as_secs_f64() * 1e6);
+        timed(exec.await_idle(id)).await??;
+        s.wake.push(us(before, start));
 
-        commits.extend(db::latencies(1, || raw.commit())?);
+        s.commits.extend(db::latencies(1, || raw.commit())?);
         let before = Instant::now();
-        timed(exec.resume(&id)).await??;
-        whole.push(before.elapsed().as_secs_f64() * 1e6);
-        while starts.try_recv().is_ok() {}
+        timed(exec.resume(id)).await??;
+        s.whole.push(us(before, Instant::now()));
+        let start = starts.try_recv().map_err(|_| "the drain did not stamp")?;
+        s.resume.push(us(before, start));
     }
     rt.shutdown().await;
-    Ok((commits, wake, whole))
+    Ok(s)
 }

@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use crate::ceiling::SYNCS;
 use crate::child::{self, field, peak_rss_mib, rss_mib};
 use crate::db;
-use crate::report::Row;
+use crate::report::{median, Row};
 use crate::runners::Counting;
 use crate::{timed, BenchResult, Ctx};
 
@@ -38,10 +38,13 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     let run_db = ctx.dir.join("sweep-run.db");
     // Per sync: raw baseline, returned, drains started, turns completed, peak RSS, start RSS.
     let mut figures: [[Vec<f64>; 6]; 2] = Default::default();
+    // Per sync: the raw baseline's phases (list, count, notices, claims, releases).
+    let mut phases: [Vec<[f64; 5]>; 2] = Default::default();
     for repeat in 0..ctx.repeats {
         for (i, sync) in SYNCS.into_iter().enumerate() {
             db::copy(&template, &run_db)?;
-            let raw = raw_sweep(&run_db, sync, &claimed)?;
+            let (raw, phase) = raw_sweep(&run_db, sync, &claimed)?;
+            phases[i].push(phase);
             db::copy(&template, &run_db)?;
             let args = json!({
                 "db": run_db,
@@ -74,10 +77,20 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     }
     let mut rows = Vec::new();
     let n = claimed.len();
-    for (sync, [raw, returned, started, completed, peak, start]) in SYNCS.into_iter().zip(figures) {
+    let all = SYNCS.into_iter().zip(figures).zip(phases);
+    for ((sync, [raw, returned, started, completed, peak, start]), phases) in all {
         let s = sync.as_pragma();
         let full = sync == Synchronous::Full;
-        let raw = Row::new(NAME, format!("raw batched writes {s}"), "s", raw);
+        let phase = |k: usize| median(&phases.iter().map(|p| p[k]).collect::<Vec<_>>());
+        let raw = Row::new(NAME, format!("raw batched writes {s}"), "s", raw).note(format!(
+            "phases (median s): list {:.3}, count {:.3}, notices {:.3}, claims {:.3}, \
+             releases {:.3}",
+            phase(0),
+            phase(1),
+            phase(2),
+            phase(3),
+            phase(4)
+        ));
         let returned = Row::new(NAME, format!("sweep call returned {s}"), "s", returned).vs(&raw);
         let mut started =
             Row::new(NAME, format!("all {n} drains started {s}"), "s", started).vs(&raw);
@@ -98,8 +111,13 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     Ok(rows)
 }
 
-/// The sweep's durable writes for `claimed`, by rusqlite directly in four transactions; seconds.
-fn raw_sweep(path: &Path, sync: Synchronous, claimed: &[SessionId]) -> BenchResult<f64> {
+/// The sweep's durable writes for `claimed`, by rusqlite directly in four transactions; seconds
+/// in all and per phase (list, count, notices, claims, releases).
+fn raw_sweep(
+    path: &Path,
+    sync: Synchronous,
+    claimed: &[SessionId],
+) -> BenchResult<(f64, [f64; 5])> {
     let mut conn = db::open(path, sync)?;
     let started = Instant::now();
     let orphans: Vec<String> = conn
@@ -124,7 +142,9 @@ fn raw_sweep(path: &Path, sync: Synchronous, claimed: &[SessionId]) -> BenchResu
             Some("UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL WHERE id = ?1 AND ?2 IS NOT NULL"),
         ),
     ];
-    for (kind, projection) in steps {
+    let mut phases = [started.elapsed().as_secs_f64(), 0.0, 0.0, 0.0, 0.0];
+    for (step, (kind, projection)) in steps.into_iter().enumerate() {
+        let t = Instant::now();
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for id in &orphans {
             let now = db::now_ms();
@@ -151,8 +171,9 @@ fn raw_sweep(path: &Path, sync: Synchronous, claimed: &[SessionId]) -> BenchResu
             }
         }
         tx.commit()?;
+        phases[step + 1] = t.elapsed().as_secs_f64();
     }
-    Ok(started.elapsed().as_secs_f64())
+    Ok((started.elapsed().as_secs_f64(), phases))
 }
 
 /// In the child: the timed sweep.

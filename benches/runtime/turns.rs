@@ -59,6 +59,8 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     let ids = ceiling::baseline_db(&template, sessions)?;
     let run_db = ctx.dir.join("turns-run.db");
     let naive_window = ctx.pick(Duration::from_secs(1), Duration::from_millis(100));
+    // For profiling one configuration: `DS_BENCH_TURNS_ONLY="c=1000 FULL group"`.
+    let only = std::env::var("DS_BENCH_TURNS_ONLY").ok();
     let configs: Vec<Config> = SYNCS
         .into_iter()
         .flat_map(|sync| {
@@ -70,6 +72,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
                 })
             })
         })
+        .filter(|c| only.as_deref().is_none_or(|o| c.label().contains(o)))
         .collect();
     // Per configuration: its samples and the naive turn measured just before each.
     let mut samples: Vec<(Vec<Sample>, Vec<f64>)> = vec![Default::default(); configs.len()];
@@ -111,7 +114,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             "writer batch (requests per transaction) median {:.1}",
             crate::report::median(&batches)
         ));
-        let top = config.concurrency == levels[2];
+        let top = config.concurrency == levels[levels.len() - 1];
         if top && config.group && config.sync == Synchronous::Full {
             let met = row.median() >= 15_000.0 && row.ratio().unwrap_or(0.0) >= 6.0;
             row = row.target(">= 15,000/s and >= 6x naive", met);
