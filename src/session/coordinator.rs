@@ -174,6 +174,9 @@ struct Execution<T: Tokens> {
     /// Admission seq the current drain serves, its interrupt fence (None: unsequenced or forced;
     /// a forced first drain that a run upgraded from a wake keeps that wake's seq).
     wake_seq: Option<Seq>,
+    /// The highest sequenced admission the current drain serves, even when an unsequenced wake
+    /// was coalesced with it: an interrupt older than it must not swallow that newer work.
+    served: Option<Seq>,
     /// Id of the running drain, while `phase == Draining`.
     drain: u64,
     /// Wakes received during this execution, to run after the current drain (or as a successor).
@@ -286,7 +289,13 @@ impl<T: Tokens, E> Coordinator<T, E> {
         self.boundary = Some(self.boundary.map_or(seq, |b| b.max(seq)));
     }
 
-    fn begin(&mut self, mode: Mode, wake_seq: Option<Seq>, runs: Vec<T::Run>) -> Effect<T, E> {
+    fn begin(
+        &mut self,
+        mode: Mode,
+        wake_seq: Option<Seq>,
+        served: Option<Seq>,
+        runs: Vec<T::Run>,
+    ) -> Effect<T, E> {
         let id = self.next_execution;
         self.next_execution += 1;
         self.execution = Some(Execution {
@@ -294,6 +303,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             phase: Phase::Starting,
             mode,
             wake_seq: if mode == Mode::Run { None } else { wake_seq },
+            served,
             drain: 0,
             bell: None,
             upgrade: false,
@@ -315,7 +325,10 @@ impl<T: Tokens, E> Coordinator<T, E> {
             return Vec::new();
         }
         match &mut self.execution {
-            None => vec![Effect::Activated, self.begin(Mode::Wake, seq, Vec::new())],
+            None => vec![
+                Effect::Activated,
+                self.begin(Mode::Wake, seq, seq, Vec::new()),
+            ],
             Some(e) => {
                 if e.stopping {
                     if let Some(barrier) = e.interrupt_seq {
@@ -343,7 +356,10 @@ impl<T: Tokens, E> Coordinator<T, E> {
             )];
         }
         match &mut self.execution {
-            None => vec![Effect::Activated, self.begin(Mode::Run, None, vec![token])],
+            None => vec![
+                Effect::Activated,
+                self.begin(Mode::Run, None, None, vec![token]),
+            ],
             Some(e) if e.stopping || e.phase == Phase::Settling => {
                 e.post_stop_runs.push(token);
                 Vec::new()
@@ -418,6 +434,13 @@ impl<T: Tokens, E> Coordinator<T, E> {
         e.reason = Some(reason);
         e.upgrade = false;
         e.bell = e.bell.and_then(|b| b.after_interrupt(seq));
+        if let (Some(s), Some(served)) = (seq, e.served) {
+            if served > s {
+                // The cancelled drain also served work admitted after the interrupt (coalesced
+                // with an unsequenced wake): keep it for a successor.
+                e.bell = Some(Bell::merge(e.bell, Some(served)));
+            }
+        }
         e.interrupters.push(token);
         if e.phase == Phase::Draining {
             vec![Effect::Cancel { drain: e.drain }]
@@ -494,6 +517,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             } else {
                 (Mode::Wake, e.bell.and_then(Bell::wake_seq))
             };
+            e.served = e.bell.and_then(|b| b.seq);
             e.upgrade = false;
             e.bell = None;
             e.mode = mode;
@@ -576,12 +600,16 @@ impl<T: Tokens, E> Coordinator<T, E> {
             Some(boundary) => e.bell.and_then(|b| b.after_interrupt(Some(boundary))),
         };
         if !self.closed && (!e.post_stop_runs.is_empty() || bell.is_some()) {
-            let (mode, seq) = if e.post_stop_runs.is_empty() {
-                (Mode::Wake, bell.and_then(Bell::wake_seq))
+            let (mode, seq, served) = if e.post_stop_runs.is_empty() {
+                (
+                    Mode::Wake,
+                    bell.and_then(Bell::wake_seq),
+                    bell.and_then(|b| b.seq),
+                )
             } else {
-                (Mode::Run, None)
+                (Mode::Run, None, None)
             };
-            effects.push(self.begin(mode, seq, e.post_stop_runs));
+            effects.push(self.begin(mode, seq, served, e.post_stop_runs));
             if mode == Mode::Run {
                 if let (Some(bell), Some(next)) = (bell, self.execution.as_mut()) {
                     // A wake rang too: it is served by the forced drain's follow-up.

@@ -1461,3 +1461,29 @@ fn an_interrupt_keeps_a_newer_wake_coalesced_with_an_unsequenced_one() {
     sim.complete_all_immediate();
     assert_eq!(sim.wake_seqs("other"), [Some(5), None]);
 }
+
+/// The proptest regression seed, by name: a start hook fails, a sequenced and an unsequenced
+/// wake coalesce during settlement and start a successor serving both; an interrupt older than
+/// the sequenced wake stops that successor but keeps the newer work, which then runs.
+#[test]
+fn an_older_interrupt_keeps_newer_work_a_mixed_successor_served() {
+    let mut sim = Sim::new();
+    sim.hold_starts = true;
+    sim.hold_settles = true;
+    sim.wake(S, None);
+    sim.release_start(S, Err(fail("claim failed")));
+    sim.wake(S, Some(2));
+    sim.wake(S, None);
+    sim.release_settle(S, Err("defect".into()));
+    let interrupt = sim.interrupt(S, Some(1));
+    sim.hold_starts = false;
+    sim.hold_settles = false;
+    sim.release_start(S, Ok(()));
+    sim.complete_all_immediate();
+    assert_eq!(sim.interrupt_answer(interrupt), Some(true));
+    assert_eq!(
+        sim.wake_seqs(S),
+        [Some(2)],
+        "the newer wake ran after the interrupt"
+    );
+}
