@@ -278,7 +278,25 @@ pub fn machine(db_dir: &Path) -> Value {
         "kernel": read("/proc/sys/kernel/osrelease").trim(),
         "db_dir": db_dir.display().to_string(),
         "db_filesystem": filesystem(db_dir),
+        "git": git(),
     })
+}
+
+/// The commit measured, and whether `src/` or `Cargo.toml` differ from it.
+fn git() -> Value {
+    let run = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = run(&["rev-parse", "--short", "HEAD"]);
+    let dirty = run(&["status", "--porcelain", "--", "src", "Cargo.toml"]).map(|s| !s.is_empty());
+    json!({ "commit": commit, "src_dirty": dirty })
 }
 
 /// The mount (device, mount point, type) holding `dir`, from `/proc/mounts`.
