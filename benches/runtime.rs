@@ -180,11 +180,12 @@ fn run(selected: &[&str], quick: bool) -> BenchResult<()> {
     }
     println!("{}", report::table(&rows));
     let json = bench_dir.join("runtime.json");
-    report::write_json(&json, &machine, quick, ctx.repeats, &rows)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    report::write_json(&json, &machine, elapsed, quick, ctx.repeats, &rows)?;
     ctx.log(format_args!(
-        "wrote {} ({:.1} s in all)",
+        "wrote {} ({elapsed:.1} s in all; load average {})",
         json.display(),
-        started.elapsed().as_secs_f64()
+        report::loadavg()
     ));
     Ok(())
 }

@@ -40,6 +40,9 @@ pub fn create(path: &Path) -> BenchResult<()> {
             .arbiters(1)
             .start()
             .await?;
+        // Let the runtime's supervisor actor start before the system is dropped: one that never
+        // ran is started while the system is torn down, where its timer panics (no reactor).
+        actix_rt::time::sleep(Duration::from_millis(5)).await;
         rt.shutdown().await;
         Ok(())
     })

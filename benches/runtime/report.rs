@@ -238,6 +238,7 @@ pub fn table(rows: &[Row]) -> String {
 pub fn write_json(
     path: &Path,
     machine: &Value,
+    elapsed_s: f64,
     quick: bool,
     repeats: usize,
     rows: &[Row],
@@ -247,6 +248,8 @@ pub fn write_json(
     }
     let doc = json!({
         "machine": machine,
+        "loadavg_at_end": loadavg(),
+        "elapsed_s": elapsed_s,
         "quick": quick,
         "repeats": repeats,
         "command": std::env::args().collect::<Vec<_>>(),
@@ -279,7 +282,19 @@ pub fn machine(db_dir: &Path) -> Value {
         "db_dir": db_dir.display().to_string(),
         "db_filesystem": filesystem(db_dir),
         "git": git(),
+        "loadavg_at_start": loadavg(),
     })
+}
+
+/// `/proc/loadavg`: 1-, 5- and 15-minute load averages (the machine is shared).
+pub fn loadavg() -> Value {
+    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let v: Vec<f64> = text
+        .split_whitespace()
+        .take(3)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    json!(v)
 }
 
 /// The commit measured, and whether `src/` or `Cargo.toml` differ from it.
