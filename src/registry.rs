@@ -268,3 +268,14 @@ impl Handler<StopSupervisor> for RegistryActor {
         ctx.stop();
     }
 }
+
+/// Answered once the [`RegistryActor`] runs (so `start` never returns before it started).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Ready;
+
+impl Handler<Ready> for RegistryActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Ready, _: &mut Self::Context) {}
+}

@@ -14,7 +14,7 @@ use crate::event::EventRecord;
 use crate::execution::Execution;
 use crate::persistence::{Persistence, PersistenceStats};
 use crate::registry::sweep::{self, SweepReport};
-use crate::registry::{Registry, RegistryActor, RegistryStats, StopSupervisor};
+use crate::registry::{Ready, Registry, RegistryActor, RegistryStats, StopSupervisor};
 use crate::runner::Runner;
 use crate::service::Sessions;
 use crate::store::{self, pool::Synchronous, StoreConfig};
@@ -145,6 +145,9 @@ impl RuntimeBuilder {
             registry,
         });
         let supervisor = RegistryActor::new(core.clone()).start();
+        // Wait until the supervisor runs, so a runtime shut down right after `start` never has
+        // it starting during teardown.
+        let _ = supervisor.send(Ready).await;
         let runtime = Runtime {
             core,
             supervisor,

@@ -203,7 +203,8 @@ struct Execution<T: Tokens> {
 
 /// The per-session coordinator. `E` is the error type of the settle hook.
 pub struct Coordinator<T: Tokens, E> {
-    execution: Option<Execution<T>>,
+    /// Boxed so an idle session (most of them) carries one pointer, not the whole execution.
+    execution: Option<Box<Execution<T>>>,
     /// The highest interrupt seq seen (durable: seeded from the store at actor start).
     boundary: Option<Seq>,
     /// Scope closed (shutdown): no new work starts.
@@ -213,7 +214,7 @@ pub struct Coordinator<T: Tokens, E> {
     /// `await_idle` callers; answered when the chain of executions ends.
     idle: Vec<T::Idle>,
     /// The first non-success terminal of the current chain.
-    chain_failure: Option<Terminal>,
+    chain_failure: Option<Box<Terminal>>,
     _settle_error: std::marker::PhantomData<fn() -> E>,
 }
 
@@ -298,7 +299,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
     ) -> Effect<T, E> {
         let id = self.next_execution;
         self.next_execution += 1;
-        self.execution = Some(Execution {
+        self.execution = Some(Box::new(Execution {
             id,
             phase: Phase::Starting,
             mode,
@@ -315,7 +316,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             post_stop_runs: Vec::new(),
             interrupters: Vec::new(),
             terminal: None,
-        });
+        }));
         Effect::Start { execution: id }
     }
 
@@ -582,7 +583,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
                     reason: InterruptReason::Shutdown,
                 };
         if !terminal.is_success() && !closed_by_scope && self.chain_failure.is_none() {
-            self.chain_failure = Some(terminal.clone());
+            self.chain_failure = Some(Box::new(terminal.clone()));
         }
         let mut effects: Vec<Effect<T, E>> = Vec::new();
         for token in e.runs {
@@ -623,7 +624,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         effects.insert(0, Effect::Deactivated);
         let chain = self.chain_failure.take();
         for token in std::mem::take(&mut self.idle) {
-            effects.push(Effect::AnswerIdle(token, chain.clone()));
+            effects.push(Effect::AnswerIdle(token, chain.as_deref().cloned()));
         }
         effects
     }
