@@ -126,10 +126,10 @@ impl RuntimeBuilder {
             .runner
             .ok_or_else(|| Error::Config("a runner is required".into()))?;
         let store_config = StoreConfig {
-            path: config.database.clone(),
             synchronous: config.synchronous,
             busy_timeout: config.busy_timeout,
             pool_size: config.pool_size,
+            ..StoreConfig::new(&config.database)
         };
         let pool = store::open(&store_config)?;
         let writer = store::open_connection(&store_config)?;

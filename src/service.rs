@@ -18,7 +18,6 @@
 mod control;
 mod events;
 mod prompt;
-mod sql;
 mod transcript;
 mod validate;
 

@@ -7,9 +7,6 @@
 //! cached per connection (`prepare_cached`) and every value is a bound parameter.
 //!
 //! This module does not depend on actix.
-// The persistence layer (written separately) is the consumer of these functions; in a test build
-// every function is used, so dead code is still caught there.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -19,13 +16,12 @@ use crate::id::{MessageId, SessionId};
 mod claim;
 mod event;
 mod input;
+mod maintenance;
 mod message;
 pub(crate) mod pool;
 pub(crate) mod schema;
 mod session;
 
-// The crate-facing API; unit tests reach the functions through their submodules.
-#[allow(unused_imports)]
 pub(crate) use claim::{
     claim, claim_state, count_resume, list_suspended, release, release_child_claims,
 };
@@ -34,6 +30,9 @@ pub(crate) use event::{events_after, latest_interrupt_seq, latest_seq, project, 
 #[allow(unused_imports)]
 pub(crate) use input::{admit, get_input, pending_inputs, promote_queue, promote_steer};
 #[allow(unused_imports)]
+pub(crate) use maintenance::{
+    delete_projections, projection_counts, transcript_owner, undecodable_message,
+};
 pub(crate) use message::{append_message, context, get_message, message_exists, messages};
 #[allow(unused_imports)]
 pub(crate) use pool::{open, open_connection, Pool, StoreConfig};

@@ -10,7 +10,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{sql, validate, Sessions};
+use super::{validate, Sessions};
 use crate::error::{Error, Result, StoreError};
 use crate::event::kind;
 use crate::id::{MessageId, SessionId};
@@ -129,7 +129,7 @@ fn admit_once(
             Err(conflict(stored.session_id, id))
         });
     }
-    if let Some(owner) = sql::transcript_owner(conn, id)? {
+    if let Some(owner) = store::transcript_owner(conn, id)? {
         return Ok(Err(conflict(owner, id)));
     }
     let (admission, event) = store::admit(conn, session, id, prompt, delivery, store::now_ms())?;
@@ -227,7 +227,7 @@ impl Sessions {
                 if !store::session_exists(conn, &key)? {
                     return Ok(None);
                 }
-                sql::delete_projections(conn, &key)?;
+                store::delete_projections(conn, &key)?;
                 let mut events = 0;
                 for event in store::events_after(conn, &key, None, usize::MAX)? {
                     if INBOX_AND_TRANSCRIPT.contains(&event.kind.as_str()) {
@@ -235,7 +235,7 @@ impl Sessions {
                         events += 1;
                     }
                 }
-                let (inputs, messages) = sql::projection_counts(conn, &key)?;
+                let (inputs, messages) = store::projection_counts(conn, &key)?;
                 Ok(Some(Reprojection {
                     events,
                     inputs,

@@ -5,7 +5,7 @@
 
 use rusqlite::Connection;
 
-use super::{sql, validate, Sessions};
+use super::{validate, Sessions};
 use crate::error::{Error, Result, StoreError};
 use crate::id::{MessageId, SessionId};
 use crate::model::{Message, MessagesQuery};
@@ -33,7 +33,7 @@ fn read_transcript<T>(
     }
     match read(conn) {
         Ok(found) => Ok(Read::Found(found)),
-        Err(StoreError::Json(e)) => sql::undecodable_message(conn, session)?
+        Err(StoreError::Json(e)) => store::undecodable_message(conn, session)?
             .map(Read::Undecodable)
             .ok_or(StoreError::Json(e)),
         Err(other) => Err(other),

@@ -192,6 +192,7 @@ pub(crate) fn events_after(
 }
 
 /// The seq of `session`'s latest event, or `None` before its first.
+#[cfg_attr(not(test), allow(dead_code))] // used by tests and diagnostics
 pub(crate) fn latest_seq(
     conn: &Connection,
     session: &SessionId,

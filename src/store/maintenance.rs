@@ -1,6 +1,6 @@
-//! The few statements the service runs itself, on the connection of a read or of a write
-//! request. Everything else goes through the store's functions. Every value is a bound
-//! parameter.
+//! Maintenance and diagnosis queries the session service needs: who owns a transcript message,
+//! clearing and counting a session's projections before a replay, and finding an undecodable
+//! message. Every value is a bound parameter.
 
 use rusqlite::{Connection, OptionalExtension};
 
