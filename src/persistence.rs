@@ -24,6 +24,11 @@ use crate::store::{self, pool::Pool};
 /// The largest number of requests committed in one transaction.
 const MAX_BATCH: usize = 2048;
 
+/// The per-request savepoint's statements (prepared once per connection, then cached).
+const SAVEPOINT: &str = "SAVEPOINT request";
+const RELEASE: &str = "RELEASE request";
+const ROLLBACK_TO: &str = "ROLLBACK TO request";
+
 /// Counters of what the Persistence actor did, for tests, benchmarks and `/stats`.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
@@ -334,15 +339,17 @@ impl WriterActor {
         events: &mut Vec<EventRecord>,
         counters: &Counters,
     ) -> Result<(), StoreError> {
-        let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for job in batch.iter_mut() {
-            let savepoint = tx.savepoint()?;
+            // The savepoint statements are prepared once and cached on the connection
+            // (`Transaction::savepoint` would parse its SQL on every call).
+            tx.prepare_cached(SAVEPOINT)?.execute([])?;
             let mut ctx = WriteCtx {
-                conn: &savepoint,
+                conn: &tx,
                 events: Vec::new(),
             };
             let ok = job.run(&mut ctx);
-            if savepoint.is_autocommit() {
+            if tx.is_autocommit() {
                 // SQLite rolled the whole transaction back (it may on SQLITE_FULL, IOERR, BUSY
                 // or NOMEM): the writes of the requests before this one are gone, and a later
                 // SAVEPOINT would open, and its RELEASE commit, a transaction of its own. The
@@ -354,12 +361,14 @@ impl WriterActor {
             }
             if ok {
                 let published = std::mem::take(&mut ctx.events);
-                savepoint.commit()?;
+                tx.prepare_cached(RELEASE)?.execute([])?;
                 events.extend(published);
             } else {
                 counters.failed_requests.fetch_add(1, Ordering::Relaxed);
-                // Dropping the savepoint rolls back this request alone.
-                drop(savepoint);
+                // Roll back this request alone, then pop its savepoint. Should that fail, the
+                // batch fails rather than commit part of the failed request.
+                tx.prepare_cached(ROLLBACK_TO)?.execute([])?;
+                tx.prepare_cached(RELEASE)?.execute([])?;
             }
         }
         tx.commit()?;
