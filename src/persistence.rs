@@ -21,10 +21,6 @@ use crate::event::EventRecord;
 use crate::id::SessionId;
 use crate::store::{self, pool::Pool};
 
-mod checkpoint;
-
-use checkpoint::Checkpointer;
-
 /// The largest number of requests committed in one transaction.
 const MAX_BATCH: usize = 2048;
 
@@ -172,19 +168,8 @@ impl Persistence {
         let (mailbox, inbox) = mpsc::channel();
         let (bus, _) = broadcast::channel(bus_capacity.max(1));
         let counters = Arc::new(Counters::default());
-        // Checkpoints run on a background thread; the writer's own auto-checkpoint is only the
-        // bound on the WAL's size (see `checkpoint`).
-        writer.pragma_update(
-            None,
-            "wal_autocheckpoint",
-            checkpoint::WRITER_AUTOCHECKPOINT,
-        )?;
-        let checkpointer = Checkpointer::start(pool.clone()).map_err(|e| {
-            StoreError::Inconsistent(format!("cannot spawn checkpoint thread: {e}"))
-        })?;
         let actor = WriterActor {
             conn: writer,
-            checkpointer,
             inbox,
             bus: bus.clone(),
             counters: counters.clone(),
@@ -280,8 +265,6 @@ impl Persistence {
 struct WriterActor {
     /// The one connection every write goes through.
     conn: Connection,
-    /// Checkpoints the WAL off this thread.
-    checkpointer: Checkpointer,
     inbox: mpsc::Receiver<Msg>,
     bus: broadcast::Sender<Arc<EventRecord>>,
     counters: Arc<Counters>,
@@ -318,7 +301,6 @@ impl WriterActor {
                 }
             }
         }
-        self.checkpointer.stop();
         if let Some(tx) = stop {
             let _ = tx.send(());
         }
@@ -335,7 +317,6 @@ impl WriterActor {
         let outcome = Self::transact(&mut self.conn, &mut batch, &mut events, &self.counters);
         match outcome {
             Ok(()) => {
-                self.checkpointer.committed();
                 for job in batch {
                     job.complete(Ok(()));
                 }
