@@ -8,7 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use super::{Coordinator, Effect, Mode, RunAnswer, Seq, Tokens};
+use super::effect::RunAnswer;
+use super::{Coordinator, Effect, Mode, Seq, Tokens};
 use crate::runner::{Exit, InterruptReason, RunError, SessionError, Terminal};
 
 /// Plain ids as waiter tokens.
