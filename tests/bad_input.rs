@@ -20,7 +20,7 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
 
-use common::{EchoOptions, EchoRunner, StoreView, TestDb};
+use common::{mid, sid, EchoOptions, EchoRunner, StoreView, TestDb};
 
 /// The prompt size limit of these tests' runtime.
 const MAX_PROMPT: usize = 4096;
@@ -57,14 +57,6 @@ fn nested(depth: usize) -> Value {
         value = Value::Array(vec![value]);
     }
     json!({ "deep": value })
-}
-
-fn sid(s: &str) -> SessionId {
-    SessionId::new(s).unwrap()
-}
-
-fn mid(s: &str) -> MessageId {
-    MessageId::new(s).unwrap()
 }
 
 /// A runtime with sessions `a` (two answered prompts) and `b` (one), no claim left.

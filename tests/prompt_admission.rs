@@ -22,22 +22,7 @@ use durable_sessions::{
 use futures::future::join_all;
 use serde_json::{json, Value};
 
-use common::{create, TestDb, WAIT};
-
-/// A text prompt.
-fn text(s: &str) -> Value {
-    json!({ "text": s })
-}
-
-fn mid(s: &str) -> MessageId {
-    MessageId::new(s).expect("valid message id")
-}
-
-/// `SELECT COUNT(*)` on the database file.
-fn count(db: &TestDb, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open(&db.path).expect("open db");
-    conn.query_row(sql, [], |row| row.get(0)).expect("count")
-}
+use common::{count, create, mid, text, TestDb, WAIT};
 
 /// Inbox rows of `session`.
 fn inputs_of(db: &TestDb, session: &SessionId) -> i64 {

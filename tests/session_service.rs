@@ -19,25 +19,7 @@ use futures::future::join_all;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{create, TestDb, WAIT};
-
-fn sid(s: &str) -> SessionId {
-    SessionId::new(s).expect("valid session id")
-}
-
-fn mid(s: &str) -> MessageId {
-    MessageId::new(s).expect("valid message id")
-}
-
-fn text(s: &str) -> Value {
-    json!({ "text": s })
-}
-
-/// `SELECT COUNT(*)` on the database file.
-fn count(db: &TestDb, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open(&db.path).expect("open db");
-    conn.query_row(sql, [], |row| row.get(0)).expect("count")
-}
+use common::{count, create, mid, sid, text, TestDb, WAIT};
 
 /// Row counts of the four tables a rejected call must leave alone.
 fn row_counts(db: &TestDb) -> [i64; 4] {

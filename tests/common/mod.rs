@@ -914,3 +914,24 @@ impl Drop for ChildProcess {
         }
     }
 }
+
+/// A valid session id.
+pub fn sid(s: &str) -> SessionId {
+    SessionId::new(s).expect("valid session id")
+}
+
+/// A valid message id.
+pub fn mid(s: &str) -> durable_sessions::MessageId {
+    durable_sessions::MessageId::new(s).expect("valid message id")
+}
+
+/// The prompt `{"text": s}`.
+pub fn text(s: &str) -> serde_json::Value {
+    serde_json::json!({ "text": s })
+}
+
+/// `SELECT COUNT(*)` (or any single integer) on the database file.
+pub fn count(db: &TestDb, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open(&db.path).expect("open db");
+    conn.query_row(sql, [], |row| row.get(0)).expect("count")
+}
