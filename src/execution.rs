@@ -74,9 +74,19 @@ impl Execution {
         &self,
         id: &SessionId,
     ) -> Result<oneshot::Receiver<Result<Terminal>>> {
+        self.start_resume_with(id, false).await
+    }
+
+    /// [`Execution::start_resume`]; `claimed` says the restart sweep already committed the
+    /// turn's claim, so a turn this starts goes straight to its drain.
+    pub(crate) async fn start_resume_with(
+        &self,
+        id: &SessionId,
+        claimed: bool,
+    ) -> Result<oneshot::Receiver<Result<Terminal>>> {
         self.deliver(id, || {
             let (reply, outcome) = oneshot::channel();
-            (Resume { reply }, outcome)
+            (Resume { reply, claimed }, outcome)
         })
         .await
     }

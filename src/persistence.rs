@@ -92,12 +92,15 @@ trait Job: Send {
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>);
     /// A copy of the error the write failed with, if it ran and failed.
     fn failure(&self) -> Option<StoreError>;
+    /// Whether the write runs in a transaction of its own, without a savepoint.
+    fn alone(&self) -> bool;
 }
 
 struct TypedJob<F, T> {
     work: Option<F>,
     result: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
+    alone: bool,
 }
 
 impl<F, T> Job for TypedJob<F, T>
@@ -129,6 +132,10 @@ where
             Some(Err(e)) => Some(e.duplicate()),
             _ => None,
         }
+    }
+
+    fn alone(&self) -> bool {
+        self.alone
     }
 }
 
@@ -197,11 +204,36 @@ impl Persistence {
         F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
+        self.submit(work, false).await
+    }
+
+    /// Runs `work` in a transaction of its own, without a savepoint: for one big write (the
+    /// restart sweep's), which a savepoint would make copy every page it touches to the
+    /// statement journal. Requests queued before it commit first; it is atomic on its own (an
+    /// error rolls its transaction back).
+    ///
+    /// # Errors
+    /// The work's own error, or the error that stopped its COMMIT; either way nothing of it is
+    /// stored.
+    pub(crate) async fn write_alone<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.submit(work, true).await
+    }
+
+    async fn submit<T, F>(&self, work: F, alone: bool) -> Result<T, StoreError>
+    where
+        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
         let (reply, answer) = oneshot::channel();
         let job = TypedJob {
             work: Some(work),
             result: None,
             reply,
+            alone,
         };
         self.mailbox
             .send(Msg::Job(Box::new(job)))
@@ -274,15 +306,31 @@ struct WriterActor {
 impl WriterActor {
     fn run(mut self) {
         let mut stop: Option<oneshot::Sender<()>> = None;
+        // A write that must run alone, taken from the mailbox while collecting a batch.
+        let mut held: Option<Box<dyn Job>> = None;
         while stop.is_none() {
-            let Ok(first) = self.inbox.recv() else { break };
+            let first = match held.take() {
+                Some(job) => Msg::Job(job),
+                None => match self.inbox.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                },
+            };
             let mut batch = Vec::new();
             match first {
+                Msg::Job(job) if job.alone() => {
+                    self.commit_alone(job);
+                    continue;
+                }
                 Msg::Job(job) => batch.push(job),
                 Msg::Stop(tx) => stop = Some(tx),
             }
             while stop.is_none() && batch.len() < self.max_batch {
                 match self.inbox.try_recv() {
+                    Ok(Msg::Job(job)) if job.alone() => {
+                        held = Some(job);
+                        break;
+                    }
                     Ok(Msg::Job(job)) => batch.push(job),
                     Ok(Msg::Stop(tx)) => stop = Some(tx),
                     Err(_) => break,
@@ -291,6 +339,9 @@ impl WriterActor {
             if !batch.is_empty() {
                 self.commit_batch(batch);
             }
+        }
+        if let Some(job) = held {
+            job.complete(Err(&StoreError::Closed));
         }
         // Drain what is still queued so no caller waits forever.
         while let Ok(msg) = self.inbox.try_recv() {
@@ -329,6 +380,48 @@ impl WriterActor {
                 for job in batch {
                     job.complete(Err(&e));
                 }
+            }
+        }
+    }
+
+    /// Commits one write in a transaction of its own, without a savepoint.
+    fn commit_alone(&mut self, mut job: Box<dyn Job>) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters.largest_batch.fetch_max(1, Ordering::Relaxed);
+        let mut events = Vec::new();
+        let outcome = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut ctx = WriteCtx {
+                conn: &tx,
+                events: Vec::new(),
+            };
+            if !job.run(&mut ctx) {
+                // Dropping `tx` rolls the transaction back; the job replies with its own error.
+                return Ok(false);
+            }
+            events = ctx.events;
+            tx.commit()?;
+            Ok::<_, StoreError>(true)
+        })();
+        match outcome {
+            Ok(true) => {
+                job.complete(Ok(()));
+                for event in events {
+                    let _ = self.bus.send(Arc::new(event));
+                }
+            }
+            Ok(false) => {
+                self.counters
+                    .failed_requests
+                    .fetch_add(1, Ordering::Relaxed);
+                job.complete(Ok(()));
+            }
+            Err(e) => {
+                log::error!("persistence: a write alone failed to commit: {e}");
+                job.complete(Err(&e));
             }
         }
     }

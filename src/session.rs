@@ -58,6 +58,9 @@ pub(crate) struct SessionActor {
     touched: Arc<AtomicU64>,
     /// A drain panicked: after settling, the actor stops and is replaced.
     panicked: bool,
+    /// Set while handling a `Resume` whose claim the restart sweep already committed: a turn it
+    /// starts skips its own claim write.
+    preclaimed: bool,
 }
 
 impl std::fmt::Debug for SessionActor {
@@ -86,6 +89,7 @@ impl SessionActor {
             drain: None,
             touched,
             panicked: false,
+            preclaimed: false,
         }
     }
 
@@ -134,7 +138,7 @@ impl SessionActor {
             match effect {
                 Effect::Activated => self.core.registry.activate(&self.id),
                 Effect::Deactivated => self.core.registry.deactivate(&self.id),
-                Effect::Start { execution } => self.start_hook(execution, ctx),
+                Effect::Start { execution } => queue.extend(self.start_hook(execution, ctx)),
                 Effect::Drain {
                     drain,
                     mode,
@@ -183,7 +187,17 @@ impl SessionActor {
     }
 
     /// Commits the claim with `session.execution.started` (uninterruptible), then reports.
-    fn start_hook(&mut self, execution: u64, ctx: &mut Context<Self>) {
+    /// Returns the effects of a claim already committed (see `preclaimed`), else none.
+    fn start_hook(
+        &mut self,
+        execution: u64,
+        ctx: &mut Context<Self>,
+    ) -> Vec<Effect<ActorTokens, SettleError>> {
+        if std::mem::take(&mut self.preclaimed) {
+            // The restart sweep committed this turn's claim with its notice.
+            crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
+            return self.coordinator.started(execution, Ok(()));
+        }
         let persistence = self.core.persistence.clone();
         let id = self.id.clone();
         let data = json!({ "boot": self.core.boot });
@@ -204,6 +218,7 @@ impl SessionActor {
             let effects = act.coordinator.started(execution, result);
             act.apply(effects, ctx);
         }));
+        Vec::new()
     }
 
     /// Runs the user's drain as a cancellable future; a panic is caught and becomes a failure.
@@ -388,13 +403,23 @@ impl Handler<Resume> for SessionActor {
 
     fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
         if !self.ensure_exists() {
+            if msg.claimed && !self.coordinator.is_active() {
+                self.core.registry.deactivate(&self.id);
+            }
             let _ = msg.reply.send(Err(Error::NotFound {
                 session_id: self.id.clone(),
             }));
             return;
         }
         let effects = self.coordinator.run(msg.reply);
+        self.preclaimed = msg.claimed;
         self.apply(effects, ctx);
+        // Only a turn this resume started uses the sweep's claim (it may have joined one).
+        self.preclaimed = false;
+        if msg.claimed && !self.coordinator.is_active() {
+            // The sweep marked the session active ahead of this resume, which started nothing.
+            self.core.registry.deactivate(&self.id);
+        }
     }
 }
 

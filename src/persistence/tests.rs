@@ -230,3 +230,70 @@ async fn a_transaction_rolled_back_by_sqlite_fails_the_whole_batch() {
         .unwrap();
     assert!(row_exists(&path, 4));
 }
+
+/// A write alone commits in a transaction of its own, between the batches queued around it,
+/// and a failing one is rolled back whole (every row it wrote) while its neighbours commit.
+#[actix_rt::test]
+async fn a_write_alone_commits_by_itself_and_rolls_back_whole_on_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, path) = start(&dir);
+    // Hold the writer so everything below queues up behind it.
+    let slow = persistence.write(|w| {
+        std::thread::sleep(Duration::from_millis(100));
+        w.conn()
+            .execute("INSERT INTO t (k, v) VALUES (0, 'slow')", [])?;
+        Ok(())
+    });
+    let before_alone = persistence.write(|w| {
+        w.conn()
+            .execute("INSERT INTO t (k, v) VALUES (1, 'x')", [])?;
+        Ok(())
+    });
+    let failing = persistence.write_alone(|w| {
+        for k in 10..20i64 {
+            w.conn()
+                .execute("INSERT INTO t (k, v) VALUES (?1, 'x')", [k])?;
+        }
+        // A duplicate key: the write fails after ten rows.
+        w.conn()
+            .execute("INSERT INTO t (k, v) VALUES (10, 'dup')", [])?;
+        Ok(())
+    });
+    let alone = persistence.write_alone(|w| {
+        for k in 20..30i64 {
+            w.conn()
+                .execute("INSERT INTO t (k, v) VALUES (?1, 'x')", [k])?;
+        }
+        Ok(w.conn().is_autocommit())
+    });
+    let after_alone = persistence.write(|w| {
+        w.conn()
+            .execute("INSERT INTO t (k, v) VALUES (2, 'x')", [])?;
+        Ok(())
+    });
+    let before = persistence.stats();
+    let (slow, before_alone, failing, alone, after_alone) =
+        futures::join!(slow, before_alone, failing, alone, after_alone);
+    slow.unwrap();
+    before_alone.unwrap();
+    after_alone.unwrap();
+    assert!(
+        matches!(failing, Err(StoreError::Sqlite(_))),
+        "the failing write reports its own error: {failing:?}"
+    );
+    assert!(!alone.unwrap(), "a write alone runs inside a transaction");
+    for k in 10..20 {
+        assert!(
+            !row_exists(&path, k),
+            "row {k} of the failed write alone is stored"
+        );
+    }
+    for k in (0..3).chain(20..30) {
+        assert!(row_exists(&path, k), "row {k} is missing");
+    }
+    let after = persistence.stats();
+    assert_eq!(after.failed_requests - before.failed_requests, 1);
+    // slow | before_alone | failing | alone | after_alone: the writes alone never share a
+    // transaction with the batched ones.
+    assert!(after.transactions - before.transactions >= 4);
+}

@@ -23,6 +23,9 @@ pub struct SweepReport {
     pub terminalized: Vec<SessionId>,
 }
 
+/// Orphans noticed and claimed per transaction of the sweep.
+const SWEEP_CHUNK: usize = 1024;
+
 /// Runs the sweep in the order of reference §3. Returns once every resumed turn is registered
 /// (in `active()`), never waiting for a drain.
 pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepReport> {
@@ -47,13 +50,14 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
             ..SweepReport::default()
         });
     }
-    // (4a) Count every attempt durably, in one batched transaction, before any notice or drain.
-    // A count takes the claim for this boot, so an orphan is counted once per boot even when
-    // sweeps run concurrently; one released (or claimed by a turn of this process) since it was
-    // listed is skipped.
+    // (4a) Count every attempt durably, in one transaction, before any notice or drain. A count
+    // takes the claim for this boot, so an orphan is counted once per boot even when sweeps run
+    // concurrently; one released (or claimed by a turn of this process) since it was listed is
+    // skipped. The sweep's writes run alone: a savepoint around 10,000 rows would copy every
+    // page it touches to the statement journal.
     let boot = core.boot.clone();
     let counted: Vec<(SessionId, u32)> = persistence
-        .write(move |w| {
+        .write_alone(move |w| {
             let mut counted = Vec::with_capacity(orphans.len());
             for id in orphans {
                 if let Some(attempts) = store::count_resume(w.conn(), &id, &boot)? {
@@ -64,54 +68,100 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
         })
         .await?;
     crate::crash::point(crate::crash::SWEEP_AFTER_COUNT);
-    // (4b) Terminalize the turns over budget; publish the continue notice for the rest.
+    crate::crash::point(crate::crash::BEFORE_CLAIM);
+    // (4b) In chunks, each one transaction: terminalize the turns over budget; for the rest
+    // publish the continue notice and, right behind it, the turn's claim
+    // (`session.execution.started`), so each orphan's pages are dirtied once. (4c) As each chunk
+    // commits, its resumes start (concurrently; registration only, never waiting for drains)
+    // while the writer commits the next chunk.
     let max = core.config.max_resume_attempts;
-    let (resumed, terminalized) = persistence
-        .write(move |w| {
-            let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
-            for (id, attempts) in counted {
-                // A turn of this process may have ended (released) the claim since the count:
-                // then there is nothing left to resume or to terminalize.
-                let claimed =
-                    store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
-                if !claimed {
-                    continue;
-                }
-                if attempts > max {
-                    let error =
-                        json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
-                    w.publish(&id, kind::EXECUTION_FAILED, &error)?;
-                    terminalized.push(id);
-                } else {
-                    let notice = json!({
-                        "sessionID": id,
-                        "text": RESTART_NOTICE_TEXT,
-                        "description": RESTART_NOTICE_DESCRIPTION,
-                    });
-                    w.publish(&id, kind::SYNTHETIC, &notice)?;
-                    resumed.push(id);
-                }
-            }
-            Ok((resumed, terminalized))
-        })
-        .await?;
-    // (4c) Start every resume concurrently; wait only for registration, never for drains.
     let execution = Execution { core: core.clone() };
-    let registrations = resumed.iter().map(|id| {
+    let chunks: Vec<Vec<(SessionId, u32)>> = chunked(counted, SWEEP_CHUNK);
+    let outcomes = chunks.into_iter().map(|chunk| {
         let execution = execution.clone();
+        let started = json!({ "boot": core.boot });
         async move {
-            match execution.start_resume(id).await {
-                Ok(_outcome) => {}
-                Err(e) => log::error!("sweep: could not resume session {id}: {e}"),
+            let (resumed, terminalized) = persistence
+                .write_alone(move |w| notice_and_claim(w, chunk, max, &started))
+                .await?;
+            // Every turn of the chunk is active before any of them drains (a claimed resume
+            // drains as soon as its actor handles it); an actor whose resume starts no turn
+            // deactivates its session again.
+            for id in &resumed {
+                execution.core.registry.activate(id);
             }
+            let registrations = resumed.iter().map(|id| {
+                let execution = execution.clone();
+                async move {
+                    match execution.start_resume_with(id, true).await {
+                        Ok(_outcome) => {}
+                        Err(e) => {
+                            log::error!("sweep: could not resume session {id}: {e}");
+                            execution.core.registry.deactivate(id);
+                        }
+                    }
+                }
+            });
+            futures::future::join_all(registrations).await;
+            Ok::<_, crate::Error>((resumed, terminalized))
         }
     });
-    futures::future::join_all(registrations).await;
+    let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
+    for outcome in futures::future::join_all(outcomes).await {
+        let (r, t) = outcome?;
+        resumed.extend(r);
+        terminalized.extend(t);
+    }
     Ok(SweepReport {
         children_released,
         resumed,
         terminalized,
     })
+}
+
+/// One chunk of step (4b): terminalizes the counted turns over `max` attempts, publishes the
+/// restart notice and the claim of the others; returns (resumed, terminalized).
+fn notice_and_claim(
+    w: &mut crate::persistence::WriteCtx<'_>,
+    chunk: Vec<(SessionId, u32)>,
+    max: u32,
+    started: &serde_json::Value,
+) -> std::result::Result<(Vec<SessionId>, Vec<SessionId>), crate::StoreError> {
+    let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
+    for (id, attempts) in chunk {
+        // A turn of this process may have ended (released) the claim since the count: then
+        // there is nothing left to resume or to terminalize.
+        let claimed =
+            store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
+        if !claimed {
+            continue;
+        }
+        if attempts > max {
+            let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
+            w.publish(&id, kind::EXECUTION_FAILED, &error)?;
+            terminalized.push(id);
+        } else {
+            let notice = json!({
+                "sessionID": id,
+                "text": RESTART_NOTICE_TEXT,
+                "description": RESTART_NOTICE_DESCRIPTION,
+            });
+            w.publish(&id, kind::SYNTHETIC, &notice)?;
+            w.publish(&id, kind::EXECUTION_STARTED, started)?;
+            resumed.push(id);
+        }
+    }
+    Ok((resumed, terminalized))
+}
+
+/// Splits `items` into chunks of at most `size`, in order.
+fn chunked<T>(items: Vec<T>, size: usize) -> Vec<Vec<T>> {
+    let mut chunks = Vec::with_capacity(items.len().div_ceil(size));
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        chunks.push(items.by_ref().take(size).collect());
+    }
+    chunks
 }
 
 #[cfg(test)]
@@ -181,6 +231,53 @@ mod tests {
             assert_eq!(runner.drains_of(id).len(), 1, "{id}");
             assert!(!testing::is_claimed(&path, id).unwrap());
         }
+        runtime.shutdown().await;
+    }
+
+    /// The sweep commits a resumed turn's claim with its restart notice, in one transaction:
+    /// the log reads notice, `execution.started` (claim of this boot), then the terminal, with
+    /// exactly one claim event for the resumed turn.
+    #[actix_rt::test]
+    async fn a_resumed_turn_is_claimed_with_its_notice_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sweep.db");
+        let runner = ScriptedRunner::new();
+        let runtime = Runtime::builder()
+            .database(&path)
+            .runner(runner.clone())
+            .sweep_on_start(false)
+            .start()
+            .await
+            .unwrap();
+        let id = SessionId::new("orphan").unwrap();
+        runtime
+            .sessions()
+            .create(CreateSession {
+                id: Some(id.clone()),
+                directory: "/sweep".into(),
+                ..CreateSession::default()
+            })
+            .await
+            .unwrap();
+        testing::seed_claim(&path, &id, 0).unwrap();
+        let before = testing::events(&path, &id).unwrap().len();
+        let report = runtime.resume_suspended_sessions().await.unwrap();
+        assert_eq!(report.resumed, vec![id.clone()]);
+        runtime.execution().await_idle(&id).await.unwrap();
+        let kinds: Vec<String> = testing::events(&path, &id).unwrap()[before..]
+            .iter()
+            .map(|e| e.kind.clone())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                kind::SYNTHETIC,
+                kind::EXECUTION_STARTED,
+                kind::EXECUTION_SUCCEEDED
+            ]
+        );
+        assert_eq!(runner.drains_of(&id).len(), 1);
+        assert!(!testing::is_claimed(&path, &id).unwrap());
         runtime.shutdown().await;
     }
 }

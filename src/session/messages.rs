@@ -22,6 +22,9 @@ pub(crate) struct Wake {
 pub(crate) struct Resume {
     /// Receives how the joined turn ended.
     pub(crate) reply: oneshot::Sender<Result<Terminal, Error>>,
+    /// The restart sweep already committed the claim (`session.execution.started`) of this
+    /// turn: if the resume starts a turn, it goes straight to the drain.
+    pub(crate) claimed: bool,
 }
 
 /// Interrupt the running turn.
