@@ -66,8 +66,31 @@ CREATE TABLE session_message (
 CREATE INDEX session_message_type ON session_message(session_id, type, seq);
 ";
 
+/// Version 2: the event log becomes a rowid table with a unique `(aggregate_id, seq)` index.
+///
+/// Keyed by `(aggregate_id, seq)`, every append went to its session's own leaf page, so a batch
+/// appending to 1,000 sessions (a busy writer, the restart sweep) dirtied 1,000 pages of the
+/// table, each holding whole payloads. Appended by rowid, new events fill the table's last
+/// pages together and only the narrow index entries land per session.
+const V2: &str = r"
+CREATE TABLE event_v2 (
+    aggregate_id TEXT NOT NULL,
+    seq          INTEGER NOT NULL,
+    type         TEXT NOT NULL,
+    data         TEXT NOT NULL,
+    time         INTEGER NOT NULL
+);
+INSERT INTO event_v2 (aggregate_id, seq, type, data, time)
+    SELECT aggregate_id, seq, type, data, time FROM event ORDER BY time, aggregate_id, seq;
+DROP TABLE event;
+ALTER TABLE event_v2 RENAME TO event;
+CREATE UNIQUE INDEX event_aggregate_seq ON event(aggregate_id, seq);
+CREATE INDEX event_interrupt ON event(aggregate_id, seq)
+    WHERE type = 'session.interrupt.requested';
+";
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -197,6 +220,76 @@ mod tests {
             tables(&conn)?.is_empty(),
             "a refused database is left untouched"
         );
+        Ok(())
+    }
+
+    /// A version-1 database (event log keyed `WITHOUT ROWID`) migrates to version 2 keeping
+    /// every event, and `(aggregate_id, seq)` stays unique.
+    #[test]
+    fn version_1_event_log_migrates_to_a_rowid_table() -> Result<(), StoreError> {
+        let dir = tempdir()?;
+        let cfg = StoreConfig::new(dir.path().join("s.db"));
+        {
+            let conn = Connection::open(dir.path().join("s.db"))?;
+            conn.execute_batch(V1)?;
+            conn.pragma_update(None, "user_version", 1)?;
+            for (id, seq, kind, time) in [
+                ("b", 0, "session.created", 10),
+                ("a", 0, "session.created", 20),
+                ("a", 1, "session.interrupt.requested", 30),
+                ("b", 1, "session.synthetic", 40),
+            ] {
+                conn.execute(
+                    "INSERT INTO event (aggregate_id, seq, type, data, time) \
+                     VALUES (?1, ?2, ?3, '{}', ?4)",
+                    rusqlite::params![id, seq, kind, time],
+                )?;
+            }
+        }
+        let pool = pool::open(&cfg)?;
+        let conn = pool.get()?;
+        assert_eq!(user_version(&conn)?, LATEST_VERSION);
+        let without_rowid: String = conn.query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'event'",
+            [],
+            |row| row.get(0),
+        )?;
+        assert!(!without_rowid.contains("WITHOUT ROWID"), "{without_rowid}");
+        let mut stmt = conn.prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'event' \
+             ORDER BY name",
+        )?;
+        let indexes = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        assert_eq!(indexes, ["event_aggregate_seq", "event_interrupt"]);
+        let mut stmt = conn.prepare(
+            "SELECT aggregate_id, seq, type, time FROM event ORDER BY aggregate_id, seq",
+        )?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            })?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        assert_eq!(
+            rows,
+            vec![
+                ("a".into(), 0, "session.created".into(), 20),
+                ("a".into(), 1, "session.interrupt.requested".into(), 30),
+                ("b".into(), 0, "session.created".into(), 10),
+                ("b".into(), 1, "session.synthetic".into(), 40),
+            ]
+        );
+        let duplicate = conn.execute(
+            "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES ('a', 1, 'x', '{}', 0)",
+            [],
+        );
+        assert!(duplicate.is_err(), "(aggregate_id, seq) must stay unique");
         Ok(())
     }
 }
