@@ -4,8 +4,9 @@
 //! The actor lives on its own OS thread (like an actix `SyncArbiter` with one thread) whose
 //! mailbox is a channel, so that it can take *everything* queued in one go: requests that arrive
 //! while a transaction commits are batched into the next one. Each request runs inside its own
-//! SAVEPOINT, so one failing request is rolled back alone; each caller's reply is sent only after
-//! the COMMIT that holds its write returned, and committed events are then published on the bus.
+//! SAVEPOINT (unless it is alone in its transaction), so one failing request is rolled back
+//! alone; each caller's reply is sent only after the COMMIT that holds its write returned, and
+//! committed events are then published on the bus.
 //! Reads do not queue behind the writer: they run on pool connections on a blocking thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -358,6 +359,14 @@ impl WriterActor {
     }
 
     fn commit_batch(&mut self, mut batch: Vec<Box<dyn Job>>) {
+        if batch.len() == 1 {
+            // A request alone in its transaction needs no savepoint: rolling the transaction
+            // back undoes exactly that request.
+            if let Some(job) = batch.pop() {
+                self.commit_alone(job);
+            }
+            return;
+        }
         let size = batch.len() as u64;
         self.counters.requests.fetch_add(size, Ordering::Relaxed);
         self.counters.transactions.fetch_add(1, Ordering::Relaxed);
