@@ -67,6 +67,13 @@ impl std::fmt::Debug for Registry {
     }
 }
 
+/// Whether a table of `capacity` holding `len` entries should give memory back: once it is
+/// a quarter full, it shrinks to twice its length (amortized O(1); a passivation pass that
+/// empties the registry leaves it small instead of at the peak's size).
+fn sparse(len: usize, capacity: usize) -> bool {
+    capacity > 64 && len.saturating_mul(4) <= capacity
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic never happens while these locks are held; recover the data if one ever did.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -135,6 +142,10 @@ impl Registry {
         let mut actors = lock(&self.actors);
         if actors.get(id).is_some_and(|e| e.generation == generation) {
             actors.remove(id);
+            let len = actors.len();
+            if sparse(len, actors.capacity()) {
+                actors.shrink_to(len * 2);
+            }
             match why {
                 Forget::Replaced => self.replaced.fetch_add(1, Ordering::Relaxed),
                 Forget::Passivated => self.passivated.fetch_add(1, Ordering::Relaxed),
@@ -160,6 +171,10 @@ impl Registry {
         let mut actors = lock(&self.actors);
         if actors.get(id).is_some_and(|e| &e.addr == addr) {
             actors.remove(id);
+            let len = actors.len();
+            if sparse(len, actors.capacity()) {
+                actors.shrink_to(len * 2);
+            }
         }
     }
 
@@ -170,7 +185,11 @@ impl Registry {
 
     /// The session's turns have all settled.
     pub(crate) fn deactivate(&self, id: &SessionId) {
-        lock(&self.active).remove(id);
+        let mut active = lock(&self.active);
+        let len = active.len().saturating_sub(1);
+        if active.remove(id) && sparse(len, active.capacity()) {
+            active.shrink_to(len * 2);
+        }
     }
 
     /// Sessions with a turn in this process (starting, draining, stopping or settling).
