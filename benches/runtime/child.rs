@@ -41,7 +41,14 @@ pub fn peak_rss_mib() -> f64 {
 
 /// Runs the child scenario `kind` with `args` in a fresh process and returns its result.
 pub fn spawn(kind: &str, args: &Value) -> BenchResult<Value> {
+    spawn_with_env(kind, args, &[])
+}
+
+/// [`spawn`], with extra environment variables for the child (e.g. allocator options, which
+/// mimalloc reads when the process starts).
+pub fn spawn_with_env(kind: &str, args: &Value, env: &[(&str, &str)]) -> BenchResult<Value> {
     let output = Command::new(std::env::current_exe()?)
+        .envs(env.iter().copied())
         .env(KIND, kind)
         .env(ARGS, args.to_string())
         .stdin(Stdio::null())
