@@ -27,9 +27,16 @@ use crate::session::SessionActor;
 
 struct Entry {
     addr: Addr<SessionActor>,
-    generation: u64,
+    stamp: Arc<Stamp>,
+}
+
+/// What a session actor and its registry entry share.
+#[derive(Debug)]
+pub(crate) struct Stamp {
+    /// Distinguishes this incarnation from earlier and later actors of the same session.
+    pub(crate) generation: u64,
     /// When the actor last did anything (ms since the registry started); written by the actor.
-    touched: Arc<AtomicU64>,
+    pub(crate) touched: AtomicU64,
 }
 
 /// Counters of what the registry did.
@@ -116,17 +123,19 @@ impl Registry {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let arbiter =
             &self.arbiters[self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len()];
-        let touched = Arc::new(AtomicU64::new(self.now_ms()));
-        let (core, session, stamp) = (core.clone(), id.clone(), touched.clone());
+        let stamp = Arc::new(Stamp {
+            generation,
+            touched: AtomicU64::new(self.now_ms()),
+        });
+        let (core, session, shared) = (core.clone(), id.clone(), stamp.clone());
         let addr = SessionActor::start_in_arbiter(arbiter, move |_| {
-            SessionActor::new(core, session, generation, stamp)
+            SessionActor::new(core, session, shared)
         });
         actors.insert(
             id.clone(),
             Entry {
                 addr: addr.clone(),
-                generation,
-                touched,
+                stamp,
             },
         );
         Ok(addr)
@@ -140,7 +149,10 @@ impl Registry {
     /// Why an actor removed its entry.
     pub(crate) fn forget(&self, id: &SessionId, generation: u64, why: Forget) {
         let mut actors = lock(&self.actors);
-        if actors.get(id).is_some_and(|e| e.generation == generation) {
+        if actors
+            .get(id)
+            .is_some_and(|e| e.stamp.generation == generation)
+        {
             actors.remove(id);
             let len = actors.len();
             if sparse(len, actors.capacity()) {
@@ -161,7 +173,7 @@ impl Registry {
             .saturating_sub(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX));
         lock(&self.actors)
             .values()
-            .filter(|e| e.touched.load(Ordering::Relaxed) <= cutoff)
+            .filter(|e| e.stamp.touched.load(Ordering::Relaxed) <= cutoff)
             .map(|e| e.addr.clone())
             .collect()
     }

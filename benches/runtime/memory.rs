@@ -29,22 +29,6 @@ const NAME: &str = "memory";
 /// Turns in flight at once while filling the registry.
 const IN_FLIGHT: usize = 512;
 
-/// mimalloc options for both children (the bench's global allocator, see `runtime.rs`): return
-/// freed pages to the OS at once instead of after a delay that only a thread's next allocation
-/// notices (idle arbiter threads never would), and commit arena memory on demand. Ignored by the
-/// system allocator (`--features system-allocator`).
-const ALLOCATOR_ENV: [(&str, &str); 2] = [
-    ("MIMALLOC_PURGE_DELAY", "0"),
-    ("MIMALLOC_ARENA_EAGER_COMMIT", "0"),
-];
-
-/// The allocator the children run with, for the table's notes.
-const ALLOCATOR: &str = if cfg!(feature = "system-allocator") {
-    "system allocator (glibc malloc)"
-} else {
-    "mimalloc, purge_delay=0, arena_eager_commit=0"
-};
-
 /// Runs the scenario.
 pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     let n = ctx.pick(100_000, 5_000);
@@ -58,12 +42,11 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     // passivation s
     let mut f: [Vec<f64>; 8] = Default::default();
     for repeat in 0..ctx.repeats {
-        let floor = child::spawn_with_env("memory-floor", &json!({ "n": n }), &ALLOCATOR_ENV)?;
+        let floor = child::spawn("memory-floor", &json!({ "n": n }))?;
         db::copy(&template, &run_db)?;
-        let out = child::spawn_with_env(
+        let out = child::spawn(
             "memory",
             &json!({ "db": run_db, "n": n, "idle_ms": idle_ms }),
-            &ALLOCATOR_ENV,
         )?;
         let live = field(&out, "live")?;
         if live < n as f64 {
@@ -98,7 +81,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     )
     .vs(&bare);
     let met = per.median() <= 2.0;
-    per = per.target("<= 2 KiB", met).note(ALLOCATOR);
+    per = per.target("<= 2 KiB", met).note(child::ALLOCATOR);
     let before = Row::new(NAME, "RSS before waking", "MiB", before);
     let live = Row::new(NAME, format!("RSS with {n} live actors"), "MiB", live).vs(&before);
     let mut after = Row::new(NAME, "RSS after passivation", "MiB", after).vs(&before);
@@ -106,7 +89,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     let met = after.median() <= limit;
     after = after
         .target(format!("<= before + 10% = {limit:.1} MiB"), met)
-        .note(ALLOCATOR);
+        .note(child::ALLOCATOR);
     let refilled = Row::new(
         NAME,
         "RSS after passivation and a second fill",
