@@ -1,7 +1,12 @@
 //! Validated identifiers: [`SessionId`] and [`MessageId`].
+//!
+//! An id is a shared, immutable string (`Arc<str>`): cloning one, which the runtime does for
+//! every map key, message and turn, copies a pointer instead of the text, and the registry's key
+//! and the session actor share one allocation.
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -35,7 +40,7 @@ macro_rules! id_type {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
         #[serde(try_from = "String", into = "String")]
-        pub struct $name(String);
+        pub struct $name(Arc<str>);
 
         impl $name {
             /// Validates `s`: non-empty, at most [`MAX_ID_BYTES`] bytes, no control characters.
@@ -43,14 +48,14 @@ macro_rules! id_type {
             /// # Errors
             /// [`Error::InvalidInput`] when `s` breaks one of those rules.
             pub fn new(s: impl Into<String>) -> Result<Self, Error> {
-                let s = s.into();
+                let s: String = s.into();
                 validate($field, &s)?;
-                Ok(Self(s))
+                Ok(Self(s.into()))
             }
 
             /// A fresh, time-ordered, globally unique id.
             pub fn generate() -> Self {
-                Self(fresh($prefix))
+                Self(fresh($prefix).into())
             }
 
             /// The id as a string slice.
@@ -74,7 +79,7 @@ macro_rules! id_type {
         impl FromStr for $name {
             type Err = Error;
             fn from_str(s: &str) -> Result<Self, Error> {
-                Self::new(s)
+                Self::try_from(s)
             }
         }
 
@@ -88,13 +93,14 @@ macro_rules! id_type {
         impl TryFrom<&str> for $name {
             type Error = Error;
             fn try_from(s: &str) -> Result<Self, Error> {
-                Self::new(s)
+                validate($field, s)?;
+                Ok(Self(s.into()))
             }
         }
 
         impl From<$name> for String {
             fn from(id: $name) -> String {
-                id.0
+                id.0.as_ref().to_owned()
             }
         }
 
@@ -138,5 +144,14 @@ mod tests {
         assert_ne!(a, b);
         assert!(a.as_str().starts_with("msg_"));
         assert!(MessageId::new(a.as_str()).is_ok());
+    }
+
+    #[test]
+    fn clones_share_the_text() {
+        let a = SessionId::new("ses_shared").unwrap();
+        let b = a.clone();
+        assert!(std::ptr::eq(a.as_str(), b.as_str()));
+        assert_eq!(String::from(b), "ses_shared");
+        assert_eq!("ses_shared".parse::<SessionId>().unwrap(), a);
     }
 }

@@ -27,9 +27,16 @@ use crate::session::SessionActor;
 
 struct Entry {
     addr: Addr<SessionActor>,
-    generation: u64,
+    stamp: Arc<Stamp>,
+}
+
+/// What a session actor and its registry entry share.
+#[derive(Debug)]
+pub(crate) struct Stamp {
+    /// Distinguishes this incarnation from earlier and later actors of the same session.
+    pub(crate) generation: u64,
     /// When the actor last did anything (ms since the registry started); written by the actor.
-    touched: Arc<AtomicU64>,
+    pub(crate) touched: AtomicU64,
 }
 
 /// Counters of what the registry did.
@@ -65,6 +72,13 @@ impl std::fmt::Debug for Registry {
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
+}
+
+/// Whether a table of `capacity` holding `len` entries should give memory back: once it is
+/// a quarter full, it shrinks to twice its length (amortized O(1); a passivation pass that
+/// empties the registry leaves it small instead of at the peak's size).
+fn sparse(len: usize, capacity: usize) -> bool {
+    capacity > 64 && len.saturating_mul(4) <= capacity
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -109,17 +123,19 @@ impl Registry {
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
         let arbiter =
             &self.arbiters[self.next_arbiter.fetch_add(1, Ordering::Relaxed) % self.arbiters.len()];
-        let touched = Arc::new(AtomicU64::new(self.now_ms()));
-        let (core, session, stamp) = (core.clone(), id.clone(), touched.clone());
+        let stamp = Arc::new(Stamp {
+            generation,
+            touched: AtomicU64::new(self.now_ms()),
+        });
+        let (core, session, shared) = (core.clone(), id.clone(), stamp.clone());
         let addr = SessionActor::start_in_arbiter(arbiter, move |_| {
-            SessionActor::new(core, session, generation, stamp)
+            SessionActor::new(core, session, shared)
         });
         actors.insert(
             id.clone(),
             Entry {
                 addr: addr.clone(),
-                generation,
-                touched,
+                stamp,
             },
         );
         Ok(addr)
@@ -133,8 +149,15 @@ impl Registry {
     /// Why an actor removed its entry.
     pub(crate) fn forget(&self, id: &SessionId, generation: u64, why: Forget) {
         let mut actors = lock(&self.actors);
-        if actors.get(id).is_some_and(|e| e.generation == generation) {
+        if actors
+            .get(id)
+            .is_some_and(|e| e.stamp.generation == generation)
+        {
             actors.remove(id);
+            let len = actors.len();
+            if sparse(len, actors.capacity()) {
+                actors.shrink_to(len * 2);
+            }
             match why {
                 Forget::Replaced => self.replaced.fetch_add(1, Ordering::Relaxed),
                 Forget::Passivated => self.passivated.fetch_add(1, Ordering::Relaxed),
@@ -150,7 +173,7 @@ impl Registry {
             .saturating_sub(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX));
         lock(&self.actors)
             .values()
-            .filter(|e| e.touched.load(Ordering::Relaxed) <= cutoff)
+            .filter(|e| e.stamp.touched.load(Ordering::Relaxed) <= cutoff)
             .map(|e| e.addr.clone())
             .collect()
     }
@@ -160,6 +183,10 @@ impl Registry {
         let mut actors = lock(&self.actors);
         if actors.get(id).is_some_and(|e| &e.addr == addr) {
             actors.remove(id);
+            let len = actors.len();
+            if sparse(len, actors.capacity()) {
+                actors.shrink_to(len * 2);
+            }
         }
     }
 
@@ -170,7 +197,11 @@ impl Registry {
 
     /// The session's turns have all settled.
     pub(crate) fn deactivate(&self, id: &SessionId) {
-        lock(&self.active).remove(id);
+        let mut active = lock(&self.active);
+        let len = active.len().saturating_sub(1);
+        if active.remove(id) && sparse(len, active.capacity()) {
+            active.shrink_to(len * 2);
+        }
     }
 
     /// Sessions with a turn in this process (starting, draining, stopping or settling).

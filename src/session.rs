@@ -11,7 +11,7 @@ pub(crate) mod messages;
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -27,7 +27,7 @@ use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::event::kind;
 use crate::id::SessionId;
-use crate::registry::{Forget, Passivate};
+use crate::registry::{Forget, Passivate, Stamp};
 use crate::runner::{Exit, RunError, Terminal};
 use crate::store;
 use crate::turn::Turn;
@@ -44,18 +44,20 @@ impl Tokens for ActorTokens {
 type SettleError = Arc<StoreError>;
 
 /// One live session.
+///
+/// Kept at most 72 bytes (see the `size` test): the actix context and tokio's task header around
+/// it come to 440 bytes, and tokio allocates a task in steps of 128 bytes, so every byte past 72
+/// costs each live actor another 128. What only a running turn needs is boxed.
 pub(crate) struct SessionActor {
     core: Arc<Core>,
     id: SessionId,
-    /// Distinguishes this incarnation from earlier and later actors of the same session.
-    generation: u64,
     coordinator: Coordinator<ActorTokens, SettleError>,
+    /// This incarnation's generation and last activity, shared with its registry entry.
+    stamp: Arc<Stamp>,
+    /// The running drain: its id and the handle that cancels it.
+    drain: Option<Box<(u64, SpawnHandle)>>,
     /// Whether the session row exists (loaded at start, re-checked when it did not).
     exists: bool,
-    /// The running drain: its id and the handle that cancels it.
-    drain: Option<(u64, SpawnHandle)>,
-    /// When the actor last did anything (registry clock, ms); the registry passivates on it.
-    touched: Arc<AtomicU64>,
     /// A drain panicked: after settling, the actor stops and is replaced.
     panicked: bool,
     /// Set while handling a `Resume` whose claim the restart sweep already committed: a turn it
@@ -67,27 +69,21 @@ impl std::fmt::Debug for SessionActor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionActor")
             .field("id", &self.id)
-            .field("generation", &self.generation)
+            .field("generation", &self.stamp.generation)
             .field("coordinator", &self.coordinator)
             .finish_non_exhaustive()
     }
 }
 
 impl SessionActor {
-    pub(crate) fn new(
-        core: Arc<Core>,
-        id: SessionId,
-        generation: u64,
-        touched: Arc<AtomicU64>,
-    ) -> Self {
+    pub(crate) fn new(core: Arc<Core>, id: SessionId, stamp: Arc<Stamp>) -> Self {
         Self {
             core,
             id,
-            generation,
             coordinator: Coordinator::new(None),
-            exists: false,
+            stamp,
             drain: None,
-            touched,
+            exists: false,
             panicked: false,
             preclaimed: false,
         }
@@ -145,12 +141,12 @@ impl SessionActor {
                     wake_seq,
                 } => self.spawn_drain(drain, mode, wake_seq, ctx),
                 Effect::Cancel { drain } => {
-                    if let Some((running, handle)) = self.drain.take() {
-                        if running == drain {
-                            ctx.cancel_future(handle);
+                    if let Some(running) = self.drain.take() {
+                        if running.0 == drain {
+                            ctx.cancel_future(running.1);
                             queue.extend(self.coordinator.drain_finished(drain, Exit::Interrupted));
                         } else {
-                            self.drain = Some((running, handle));
+                            self.drain = Some(running);
                         }
                     }
                 }
@@ -176,13 +172,14 @@ impl SessionActor {
             log::warn!("session {}: replacing the actor after a panic", self.id);
             self.core
                 .registry
-                .forget(&self.id, self.generation, Forget::Replaced);
+                .forget(&self.id, self.stamp.generation, Forget::Replaced);
             ctx.stop();
         }
     }
 
     fn touch(&self) {
-        self.touched
+        self.stamp
+            .touched
             .store(self.core.registry.now_ms(), Ordering::Relaxed);
     }
 
@@ -242,7 +239,7 @@ impl SessionActor {
                 .boxed_local(),
         ));
         let handle = ctx.spawn(future.into_actor(self).map(move |result, act, ctx| {
-            if act.drain.as_ref().is_some_and(|(d, _)| *d == drain) {
+            if act.drain.as_ref().is_some_and(|d| d.0 == drain) {
                 act.drain = None;
             }
             let exit = match result {
@@ -258,7 +255,7 @@ impl SessionActor {
             let effects = act.coordinator.drain_finished(drain, exit);
             act.apply(effects, ctx);
         }));
-        self.drain = Some((drain, handle));
+        self.drain = Some(Box::new((drain, handle)));
     }
 
     /// Commits the terminal event (+ release unless shutdown), then reports.
@@ -362,7 +359,7 @@ impl Actor for SessionActor {
         }
         self.core
             .registry
-            .forget(&self.id, self.generation, Forget::Stopped);
+            .forget(&self.id, self.stamp.generation, Forget::Stopped);
     }
 }
 
@@ -372,14 +369,14 @@ impl Handler<Passivate> for SessionActor {
     fn handle(&mut self, _: Passivate, ctx: &mut Self::Context) {
         let idle = self.core.config.idle_timeout;
         let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-        let last = self.touched.load(Ordering::Relaxed);
+        let last = self.stamp.touched.load(Ordering::Relaxed);
         if self.coordinator.is_quiescent()
             && self.core.registry.now_ms().saturating_sub(last) >= idle_ms
         {
             log::debug!("session {}: passivating after {idle:?} idle", self.id);
             self.core
                 .registry
-                .forget(&self.id, self.generation, Forget::Passivated);
+                .forget(&self.id, self.stamp.generation, Forget::Passivated);
             ctx.stop();
         }
     }
@@ -447,5 +444,17 @@ impl Handler<Close> for SessionActor {
     fn handle(&mut self, _: Close, ctx: &mut Self::Context) {
         let effects = self.coordinator.close();
         self.apply(effects, ctx);
+    }
+}
+
+#[cfg(test)]
+mod size {
+    /// Past 72 bytes every live actor's tokio task grows by 128 bytes (see [`super::SessionActor`]).
+    #[test]
+    fn session_actor_fits_its_task_allocation() {
+        assert!(std::mem::size_of::<super::SessionActor>() <= 72);
+        assert!(
+            std::mem::size_of::<super::Coordinator<super::ActorTokens, super::SettleError>>() <= 24
+        );
     }
 }

@@ -13,6 +13,7 @@ mod effect;
 
 use std::fmt;
 
+use self::effect::{next_id, Chain, Fence};
 pub use self::effect::{Effect, Mode, Phase, Seq, Tokens};
 use crate::runner::{terminal, Exit, InterruptReason, Terminal};
 
@@ -93,6 +94,10 @@ struct Execution<T: Tokens> {
     deliberate: bool,
     /// Callers joined to this execution.
     runs: Vec<T::Run>,
+    /// `await_idle` callers, answered when the chain of executions ends (carried to successors).
+    idle: Vec<T::Idle>,
+    /// The first non-success terminal of the chain (carried to successors).
+    chain_failure: Option<Box<Terminal>>,
     /// Explicit runs that arrived while stopping or settling: they start a fresh execution.
     post_stop_runs: Vec<T::Run>,
     /// Interrupt callers waiting for cleanup.
@@ -102,19 +107,20 @@ struct Execution<T: Tokens> {
 }
 
 /// The per-session coordinator. `E` is the error type of the settle hook.
+///
+/// An idle session carries only this (24 bytes: it lives inline in every session actor, so its
+/// size is part of every live actor's); everything an execution needs, including the chain's
+/// idle waiters, is boxed in [`Execution`].
 pub struct Coordinator<T: Tokens, E> {
     /// Boxed so an idle session (most of them) carries one pointer, not the whole execution.
     execution: Option<Box<Execution<T>>>,
     /// The highest interrupt seq seen (durable: seeded from the store at actor start).
-    boundary: Option<Seq>,
+    boundary: Fence,
+    /// The next execution or drain id (one counter for both; ids only need to differ from the
+    /// running execution's and drain's, so wrapping after 2^32 is harmless).
+    next_id: u32,
     /// Scope closed (shutdown): no new work starts.
     closed: bool,
-    next_execution: u64,
-    next_drain: u64,
-    /// `await_idle` callers; answered when the chain of executions ends.
-    idle: Vec<T::Idle>,
-    /// The first non-success terminal of the current chain.
-    chain_failure: Option<Box<Terminal>>,
     _settle_error: std::marker::PhantomData<fn() -> E>,
 }
 
@@ -122,7 +128,7 @@ impl<T: Tokens, E> fmt::Debug for Coordinator<T, E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Coordinator")
             .field("phase", &self.phase())
-            .field("boundary", &self.boundary)
+            .field("boundary", &self.boundary())
             .field("closed", &self.closed)
             .finish_non_exhaustive()
     }
@@ -139,12 +145,9 @@ impl<T: Tokens, E> Coordinator<T, E> {
     pub fn new(boundary: Option<Seq>) -> Self {
         Self {
             execution: None,
-            boundary,
+            boundary: Fence::new(boundary),
+            next_id: 0,
             closed: false,
-            next_execution: 0,
-            next_drain: 0,
-            idle: Vec::new(),
-            chain_failure: None,
             _settle_error: std::marker::PhantomData,
         }
     }
@@ -161,13 +164,14 @@ impl<T: Tokens, E> Coordinator<T, E> {
 
     /// Whether nothing runs and nobody waits: the shell may passivate.
     pub fn is_quiescent(&self) -> bool {
-        self.execution.is_none() && self.idle.is_empty()
+        // Idle waiters live in the execution, so no execution means nobody waits either.
+        self.execution.is_none()
     }
 
     /// The interrupt fence.
     #[allow(dead_code)]
     pub fn boundary(&self) -> Option<Seq> {
-        self.boundary
+        self.boundary.get()
     }
 
     /// Whether the scope was closed.
@@ -178,7 +182,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
 
     /// Whether a wake with `seq` would be dropped as stale by the fence.
     pub fn is_stale(&self, seq: Option<Seq>) -> bool {
-        match (self.boundary, seq) {
+        match (self.boundary.get(), seq) {
             (None, _) => false,
             (Some(_), None) => true,
             (Some(b), Some(s)) => s <= b,
@@ -187,18 +191,21 @@ impl<T: Tokens, E> Coordinator<T, E> {
 
     /// Raises the interrupt fence (e.g. from a durable interrupt seen elsewhere).
     pub fn raise_boundary(&mut self, seq: Seq) {
-        self.boundary = Some(self.boundary.map_or(seq, |b| b.max(seq)));
+        self.boundary = Fence::new(Some(self.boundary.get().map_or(seq, |b| b.max(seq))));
     }
 
+    /// Starts an execution; `chain` is the idle waiters and first failure carried over from the
+    /// execution it succeeds (empty for a new chain).
     fn begin(
         &mut self,
         mode: Mode,
         wake_seq: Option<Seq>,
         served: Option<Seq>,
         runs: Vec<T::Run>,
+        chain: Chain<T>,
     ) -> Effect<T, E> {
-        let id = self.next_execution;
-        self.next_execution += 1;
+        let id = next_id(&mut self.next_id);
+        let (idle, chain_failure) = chain;
         self.execution = Some(Box::new(Execution {
             id,
             phase: Phase::Starting,
@@ -213,6 +220,8 @@ impl<T: Tokens, E> Coordinator<T, E> {
             reason: None,
             deliberate: false,
             runs,
+            idle,
+            chain_failure,
             post_stop_runs: Vec::new(),
             interrupters: Vec::new(),
             terminal: None,
@@ -228,7 +237,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         match &mut self.execution {
             None => vec![
                 Effect::Activated,
-                self.begin(Mode::Wake, seq, seq, Vec::new()),
+                self.begin(Mode::Wake, seq, seq, Vec::new(), (Vec::new(), None)),
             ],
             Some(e) => {
                 if e.stopping {
@@ -259,7 +268,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         match &mut self.execution {
             None => vec![
                 Effect::Activated,
-                self.begin(Mode::Run, None, None, vec![token]),
+                self.begin(Mode::Run, None, None, vec![token], (Vec::new(), None)),
             ],
             Some(e) if e.stopping || e.phase == Phase::Settling => {
                 e.post_stop_runs.push(token);
@@ -283,11 +292,13 @@ impl<T: Tokens, E> Coordinator<T, E> {
 
     /// Waits until no execution runs (through successors). Answers at once when idle.
     pub fn await_idle(&mut self, token: T::Idle) -> Vec<Effect<T, E>> {
-        if self.execution.is_none() {
-            return vec![Effect::AnswerIdle(token, None)];
+        match &mut self.execution {
+            None => vec![Effect::AnswerIdle(token, None)],
+            Some(e) => {
+                e.idle.push(token);
+                Vec::new()
+            }
         }
-        self.idle.push(token);
-        Vec::new()
     }
 
     /// Interrupts the running execution for `reason`, fenced by `seq` (reference §2.6).
@@ -392,8 +403,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             Ok(()) if e.stopping => self.settle(Exit::Interrupted),
             Ok(()) => {
                 e.phase = Phase::Draining;
-                let drain = self.next_drain;
-                self.next_drain += 1;
+                let drain = next_id(&mut self.next_id);
                 e.drain = drain;
                 vec![Effect::Drain {
                     drain,
@@ -423,8 +433,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             e.bell = None;
             e.mode = mode;
             e.wake_seq = wake_seq;
-            let drain = self.next_drain;
-            self.next_drain += 1;
+            let drain = next_id(&mut self.next_id);
             e.drain = drain;
             return vec![Effect::Drain {
                 drain,
@@ -465,7 +474,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
     where
         E: Clone,
     {
-        let Some(e) = self.execution.take() else {
+        let Some(mut e) = self.execution.take() else {
             return Vec::new();
         };
         if e.phase != Phase::Settling {
@@ -482,9 +491,10 @@ impl<T: Tokens, E> Coordinator<T, E> {
                 == Terminal::Interrupted {
                     reason: InterruptReason::Shutdown,
                 };
-        if !terminal.is_success() && !closed_by_scope && self.chain_failure.is_none() {
-            self.chain_failure = Some(Box::new(terminal.clone()));
+        if !terminal.is_success() && !closed_by_scope && e.chain_failure.is_none() {
+            e.chain_failure = Some(Box::new(terminal.clone()));
         }
+        let (idle, chain_failure) = (std::mem::take(&mut e.idle), e.chain_failure.take());
         let mut effects: Vec<Effect<T, E>> = Vec::new();
         for token in e.runs {
             effects.push(Effect::AnswerRun(
@@ -496,7 +506,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             effects.push(Effect::AnswerInterrupt(token, true));
         }
         // Drop what the fence covers (an interrupt raised it while this execution settled).
-        let bell = match self.boundary {
+        let bell = match self.boundary.get() {
             None => e.bell,
             Some(boundary) => e.bell.and_then(|b| b.after_interrupt(Some(boundary))),
         };
@@ -510,7 +520,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             } else {
                 (Mode::Run, None, None)
             };
-            effects.push(self.begin(mode, seq, served, e.post_stop_runs));
+            effects.push(self.begin(mode, seq, served, e.post_stop_runs, (idle, chain_failure)));
             if mode == Mode::Run {
                 if let (Some(bell), Some(next)) = (bell, self.execution.as_mut()) {
                     // A wake rang too: it is served by the forced drain's follow-up.
@@ -522,9 +532,8 @@ impl<T: Tokens, E> Coordinator<T, E> {
         // Leave `active()` before any caller is answered, so a caller that sees its answer never
         // sees the session still active.
         effects.insert(0, Effect::Deactivated);
-        let chain = self.chain_failure.take();
-        for token in std::mem::take(&mut self.idle) {
-            effects.push(Effect::AnswerIdle(token, chain.as_deref().cloned()));
+        for token in idle {
+            effects.push(Effect::AnswerIdle(token, chain_failure.as_deref().cloned()));
         }
         effects
     }

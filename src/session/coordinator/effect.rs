@@ -1,5 +1,6 @@
 //! The coordinator's vocabulary: sequence numbers, drain modes, waiter tokens, execution phases,
-//! and the [`Effect`]s a shell carries out.
+//! and the [`Effect`]s a shell carries out; also the compact fence and id counter an idle
+//! coordinator keeps inline.
 
 use std::fmt;
 
@@ -107,3 +108,28 @@ pub enum Phase {
     /// The settle hook is being committed; the outcome is decided.
     Settling,
 }
+
+/// An optional seq in eight bytes: 0 is none, `seq + 1` is `seq` (a seq of `u64::MAX` would read
+/// as `u64::MAX - 1`; SQLite seqs stop at `i64::MAX`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Fence(u64);
+
+impl Fence {
+    pub(super) fn new(seq: Option<Seq>) -> Self {
+        Self(seq.map_or(0, |s| s.saturating_add(1)))
+    }
+
+    pub(super) fn get(self) -> Option<Seq> {
+        self.0.checked_sub(1)
+    }
+}
+
+/// Takes the next execution or drain id from `counter`.
+pub(super) fn next_id(counter: &mut u32) -> u64 {
+    let id = *counter;
+    *counter = id.wrapping_add(1);
+    u64::from(id)
+}
+
+/// The idle waiters and first failure of a chain of executions, handed to a successor.
+pub(super) type Chain<T> = (Vec<<T as Tokens>::Idle>, Option<Box<Terminal>>);
