@@ -45,14 +45,6 @@ use std::time::{Duration, Instant};
 
 use report::Row;
 
-/// mimalloc returns freed memory to the OS; glibc malloc keeps most of what a fill of 100,000
-/// actors freed (see BENCHMARKS.md, `memory`). `--features system-allocator` measures with the
-/// system allocator instead. The bare-actor baselines run in this same binary, so ratios compare
-/// like with like.
-#[cfg(not(feature = "system-allocator"))]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// What a scenario returns, and the harness's error type.
 pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 

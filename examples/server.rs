@@ -269,6 +269,7 @@ async fn run(args: Args) -> Fallible {
             word_delay: args.word_delay,
         })
         .max_resume_attempts(args.max_resume_attempts)
+        .after_passivation(return_freed_memory)
         .start() // runs the restart sweep: turns a crash left behind resume now
         .await?;
     let options = HttpOptions::new().token(args.token.clone());
@@ -301,12 +302,17 @@ async fn run(args: Args) -> Fallible {
     Ok(())
 }
 
-/// mimalloc gives memory freed by passivated sessions back to the OS (with
-/// `MIMALLOC_PURGE_DELAY=0` at once; by default a thread's next allocation after a delay does);
-/// glibc malloc keeps most of it. `--features system-allocator` keeps the system allocator.
-#[cfg(not(feature = "system-allocator"))]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+/// Gives the memory of passivated sessions back to the OS: glibc malloc never returns free
+/// chunks that sit between live ones by itself (installed with `after_passivation`).
+fn return_freed_memory(stopped: usize) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: `malloc_trim` only releases free memory of glibc's arenas; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    log::debug!("{stopped} idle sessions passivated; freed memory returned to the OS");
+}
 
 fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();

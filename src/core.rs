@@ -19,7 +19,12 @@ pub(crate) struct Core {
     pub(crate) config: RuntimeConfig,
     /// Live session actors and the `active()` set.
     pub(crate) registry: Registry,
+    /// Called after a wave of passivation, with how many actors it stopped.
+    pub(crate) after_passivation: Option<AfterPassivation>,
 }
+
+/// The hook [`crate::RuntimeBuilder::after_passivation`] installs.
+pub(crate) type AfterPassivation = Arc<dyn Fn(usize) + Send + Sync>;
 
 impl std::fmt::Debug for Core {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

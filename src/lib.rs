@@ -16,6 +16,7 @@
 //! - `runtime`/`service`: the public handles `Runtime`, `Sessions` and `Execution`.
 //!
 //! Dependencies point down: service → registry → session → persistence → store.
+#![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 
 pub mod config;

@@ -142,6 +142,8 @@ where
 
 enum Msg {
     Job(Box<dyn Job>),
+    /// Give the writer connection's unused cache memory back (`PRAGMA shrink_memory`).
+    ReleaseMemory,
     Stop(oneshot::Sender<()>),
 }
 
@@ -285,6 +287,28 @@ impl Persistence {
         }
     }
 
+    /// Releases the SQLite memory that is not in use: the writer's page cache (after what is
+    /// queued) and, on a blocking thread, that of every idle pooled connection. Called after
+    /// mass passivation, when the caches warmed by the departed sessions serve no one.
+    pub(crate) async fn release_memory(&self) {
+        let _ = self.mailbox.send(Msg::ReleaseMemory);
+        let pool = self.pool.clone();
+        let released = actix_rt::task::spawn_blocking(move || {
+            // Hold every idle connection at once, so each is shrunk exactly once.
+            let idle = pool.state().idle_connections;
+            let conns: Vec<_> = (0..idle).map_while(|_| pool.try_get()).collect();
+            for conn in &conns {
+                if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
+                    log::warn!("persistence: cannot shrink a pooled connection's memory: {e}");
+                }
+            }
+        })
+        .await;
+        if let Err(e) = released {
+            log::warn!("persistence: releasing pooled memory failed: {e}");
+        }
+    }
+
     /// Asks the writer to finish what is queued and stop. Later writes fail with `Closed`.
     pub(crate) async fn stop(&self) {
         let (tx, rx) = oneshot::channel();
@@ -324,6 +348,10 @@ impl WriterActor {
                     continue;
                 }
                 Msg::Job(job) => batch.push(job),
+                Msg::ReleaseMemory => {
+                    self.release_memory();
+                    continue;
+                }
                 Msg::Stop(tx) => stop = Some(tx),
             }
             while stop.is_none() && batch.len() < self.max_batch {
@@ -333,6 +361,10 @@ impl WriterActor {
                         break;
                     }
                     Ok(Msg::Job(job)) => batch.push(job),
+                    Ok(Msg::ReleaseMemory) => {
+                        // Shrinking between two batches changes nothing they store.
+                        self.release_memory();
+                    }
                     Ok(Msg::Stop(tx)) => stop = Some(tx),
                     Err(_) => break,
                 }
@@ -348,6 +380,7 @@ impl WriterActor {
         while let Ok(msg) = self.inbox.try_recv() {
             match msg {
                 Msg::Job(job) => job.complete(Err(&StoreError::Closed)),
+                Msg::ReleaseMemory => {}
                 Msg::Stop(tx) => {
                     let _ = tx.send(());
                 }
@@ -390,6 +423,13 @@ impl WriterActor {
                     job.complete(Err(&e));
                 }
             }
+        }
+    }
+
+    /// `PRAGMA shrink_memory` on the writer connection (outside any transaction).
+    fn release_memory(&mut self) {
+        if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
+            log::warn!("persistence: cannot shrink the writer's memory: {e}");
         }
     }
 

@@ -248,14 +248,42 @@ pub(crate) enum Forget {
     Stopped,
 }
 
-/// The supervisor: passivates idle session actors on a timer.
+/// How many actors a passivation wave must have stopped before the runtime releases memory.
+const RELEASE_AFTER: usize = 64;
+
+/// The supervisor: passivates idle session actors on a timer, and after a wave of passivation
+/// (the live actors down to a quarter of their peak, and at least [`RELEASE_AFTER`] fewer)
+/// releases SQLite's unused memory and calls the `after_passivation` hook.
 pub(crate) struct RegistryActor {
     core: Arc<Core>,
+    /// The most live actors since memory was last released.
+    peak: usize,
 }
 
 impl RegistryActor {
     pub(crate) fn new(core: Arc<Core>) -> Self {
-        Self { core }
+        Self { core, peak: 0 }
+    }
+
+    /// After a passivation wave: releases the store's unused memory, then calls the hook.
+    fn release_after_wave(&mut self, ctx: &mut Context<Self>) {
+        let live = self.core.registry.stats().live;
+        self.peak = self.peak.max(live);
+        let freed = self.peak - live;
+        if freed < RELEASE_AFTER || live > self.peak / 4 {
+            return;
+        }
+        self.peak = live;
+        let core = self.core.clone();
+        ctx.spawn(
+            async move {
+                core.persistence.release_memory().await;
+                if let Some(hook) = &core.after_passivation {
+                    hook(freed);
+                }
+            }
+            .into_actor(self),
+        );
     }
 }
 
@@ -271,10 +299,12 @@ impl Actor for RegistryActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         let idle = self.core.config.idle_timeout;
         let tick = (idle / 2).clamp(Duration::from_millis(5), Duration::from_secs(5));
-        ctx.run_interval(tick, move |act, _| {
+        ctx.run_interval(tick, move |act, ctx| {
             if act.core.registry.is_closed() {
                 return;
             }
+            // Actors asked on an earlier tick have stopped by now.
+            act.release_after_wave(ctx);
             for addr in act.core.registry.idle_actors(idle) {
                 addr.do_send(Passivate);
             }

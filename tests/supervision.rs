@@ -256,6 +256,80 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
     runtime.shutdown().await;
 }
 
+/// After a wave of passivation (here 100 idle actors stopped at once) the runtime calls the
+/// `after_passivation` hook once the actors are gone, with how many it stopped; a few actors
+/// passivating later do not call it again.
+#[actix_rt::test]
+async fn a_wave_of_passivation_calls_the_after_passivation_hook() {
+    let db = TestDb::new();
+    let runner = ScriptedRunner::new();
+    let calls: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
+    let live_when_called: Arc<Mutex<Option<Runtime>>> = Arc::default();
+    let runtime = db
+        .builder(&runner)
+        .idle_timeout(Duration::from_millis(50))
+        .after_passivation({
+            let calls = calls.clone();
+            let runtime = live_when_called.clone();
+            move |stopped| {
+                let live = runtime
+                    .lock()
+                    .unwrap()
+                    .as_ref()
+                    .map_or(usize::MAX, |r| r.stats().registry.live);
+                calls.lock().unwrap().push((stopped, live));
+            }
+        })
+        .start()
+        .await
+        .unwrap();
+    *live_when_called.lock().unwrap() = Some(runtime.clone());
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        ids.push(create(&runtime, &format!("s{i}"), None).await);
+    }
+    for id in &ids {
+        runtime.execution().wake(id, None).await.unwrap();
+    }
+    runner.wait_for_drains(ids.len(), WAIT).await;
+    wait_for("the hook after the wave", || {
+        !calls.lock().unwrap().is_empty()
+    })
+    .await;
+    let first = calls.lock().unwrap()[0];
+    assert!(first.0 >= 64, "the wave stopped {} actors", first.0);
+    assert_eq!(
+        first.1,
+        100 - first.0,
+        "the hook ran after the actors stopped"
+    );
+    wait_for("every actor passivated", || {
+        runtime.stats().registry.live == 0
+    })
+    .await;
+    actix_rt::time::sleep(Duration::from_millis(150)).await;
+    let calls_before = calls.lock().unwrap().len();
+
+    // Three more sessions come and go: too few for another release.
+    for id in &ids[..3] {
+        runtime.execution().wake(id, None).await.unwrap();
+    }
+    runner.wait_for_drains(ids.len() + 3, WAIT).await;
+    wait_for("the three to passivate", || {
+        runtime.stats().registry.live == 0
+    })
+    .await;
+    actix_rt::time::sleep(Duration::from_millis(150)).await;
+    let calls_now = calls.lock().unwrap().clone();
+    assert_eq!(
+        calls_now.len(),
+        calls_before,
+        "hook called again for a handful: {calls_now:?}"
+    );
+    *live_when_called.lock().unwrap() = None;
+    runtime.shutdown().await;
+}
+
 /// The interrupt fence survives passivation: a fresh actor reloads it from the stored
 /// `session.interrupt.requested` event, drops a wake at or below it and runs one above it.
 #[actix_rt::test]

@@ -39,28 +39,12 @@ pub fn peak_rss_mib() -> f64 {
     status_kib("VmHWM").unwrap_or(0) as f64 / 1024.0
 }
 
-/// mimalloc options for every child (the bench's global allocator, see `runtime.rs`; mimalloc
-/// reads them when the process starts): return freed pages to the OS at once instead of after a
-/// delay that only the thread's next allocation notices (idle arbiter threads after a
-/// passivation pass never allocate again), and commit arena memory on demand. Without them
-/// mimalloc's RSS is higher than glibc's (sweep peak 82 to 88 MiB instead of 50 to 54). Ignored
-/// by the system allocator (`--features system-allocator`).
-const ALLOCATOR_ENV: [(&str, &str); 2] = [
-    ("MIMALLOC_PURGE_DELAY", "0"),
-    ("MIMALLOC_ARENA_EAGER_COMMIT", "0"),
-];
-
 /// The allocator the children run with, for the table's notes.
-pub const ALLOCATOR: &str = if cfg!(feature = "system-allocator") {
-    "system allocator (glibc malloc)"
-} else {
-    "mimalloc, purge_delay=0, arena_eager_commit=0"
-};
+pub const ALLOCATOR: &str = "glibc malloc; malloc_trim(0) in the after_passivation hook";
 
 /// Runs the child scenario `kind` with `args` in a fresh process and returns its result.
 pub fn spawn(kind: &str, args: &Value) -> BenchResult<Value> {
     let output = Command::new(std::env::current_exe()?)
-        .envs(ALLOCATOR_ENV)
         .env(KIND, kind)
         .env(ARGS, args.to_string())
         .stdin(Stdio::null())

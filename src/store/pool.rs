@@ -120,7 +120,11 @@ pub(crate) fn open(cfg: &StoreConfig) -> Result<Pool, StoreError> {
         .with_init(move |conn| init_connection(conn, synchronous, busy_timeout));
     let pool = r2d2::Pool::builder()
         .max_size(cfg.pool_size.max(1))
-        .min_idle(Some(1))
+        // Every connection is opened now and kept (r2d2's default): a connection's fixed
+        // memory (schema, lookaside, statement cache) is part of the runtime's footprint from
+        // the start, instead of being allocated amid the session actors of the first busy
+        // moment, where it would pin freed memory after they passivate.
+        .min_idle(None)
         .connection_timeout(cfg.busy_timeout + Duration::from_secs(1))
         .build(manager)?;
     Ok(pool)
