@@ -314,7 +314,20 @@ fn return_freed_memory(stopped: usize) {
     log::debug!("{stopped} idle sessions passivated; freed memory returned to the OS");
 }
 
+/// Fixes glibc's `M_TRIM_THRESHOLD` at its default (128 KiB) before the server allocates: glibc
+/// otherwise raises it (up to 64 MiB) whenever a large block is freed, and `malloc_trim` does not
+/// trim the top of a thread's arena, so memory freed there could stay resident.
+fn fix_trim_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: `mallopt` sets an allocator parameter; it takes no pointers.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
+    }
+}
+
 fn main() {
+    fix_trim_threshold();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(Some(args)) => args,

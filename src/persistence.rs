@@ -142,8 +142,8 @@ where
 
 enum Msg {
     Job(Box<dyn Job>),
-    /// Give the writer connection's unused cache memory back (`PRAGMA shrink_memory`).
-    ReleaseMemory,
+    /// Give unused SQLite cache memory back (`PRAGMA shrink_memory`), then answer.
+    ReleaseMemory(oneshot::Sender<()>),
     Stop(oneshot::Sender<()>),
 }
 
@@ -180,6 +180,7 @@ impl Persistence {
         let counters = Arc::new(Counters::default());
         let actor = WriterActor {
             conn: writer,
+            pool: pool.clone(),
             inbox,
             bus: bus.clone(),
             counters: counters.clone(),
@@ -287,25 +288,13 @@ impl Persistence {
         }
     }
 
-    /// Releases the SQLite memory that is not in use: the writer's page cache (after what is
-    /// queued) and, on a blocking thread, that of every idle pooled connection. Called after
-    /// mass passivation, when the caches warmed by the departed sessions serve no one.
+    /// Releases the SQLite memory that is not in use: the page caches of the writer and of every
+    /// idle pooled connection, on the writer thread after what is queued. Called after mass
+    /// passivation, when the caches warmed by the departed sessions serve no one.
     pub(crate) async fn release_memory(&self) {
-        let _ = self.mailbox.send(Msg::ReleaseMemory);
-        let pool = self.pool.clone();
-        let released = actix_rt::task::spawn_blocking(move || {
-            // Hold every idle connection at once, so each is shrunk exactly once.
-            let idle = pool.state().idle_connections;
-            let conns: Vec<_> = (0..idle).map_while(|_| pool.try_get()).collect();
-            for conn in &conns {
-                if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
-                    log::warn!("persistence: cannot shrink a pooled connection's memory: {e}");
-                }
-            }
-        })
-        .await;
-        if let Err(e) = released {
-            log::warn!("persistence: releasing pooled memory failed: {e}");
+        let (tx, rx) = oneshot::channel();
+        if self.mailbox.send(Msg::ReleaseMemory(tx)).is_ok() {
+            let _ = rx.await;
         }
     }
 
@@ -322,6 +311,8 @@ impl Persistence {
 struct WriterActor {
     /// The one connection every write goes through.
     conn: Connection,
+    /// The readers' pool (only to release its connections' unused memory).
+    pool: Pool,
     inbox: mpsc::Receiver<Msg>,
     bus: broadcast::Sender<Arc<EventRecord>>,
     counters: Arc<Counters>,
@@ -348,8 +339,9 @@ impl WriterActor {
                     continue;
                 }
                 Msg::Job(job) => batch.push(job),
-                Msg::ReleaseMemory => {
+                Msg::ReleaseMemory(done) => {
                     self.release_memory();
+                    let _ = done.send(());
                     continue;
                 }
                 Msg::Stop(tx) => stop = Some(tx),
@@ -361,9 +353,10 @@ impl WriterActor {
                         break;
                     }
                     Ok(Msg::Job(job)) => batch.push(job),
-                    Ok(Msg::ReleaseMemory) => {
+                    Ok(Msg::ReleaseMemory(done)) => {
                         // Shrinking between two batches changes nothing they store.
                         self.release_memory();
+                        let _ = done.send(());
                     }
                     Ok(Msg::Stop(tx)) => stop = Some(tx),
                     Err(_) => break,
@@ -380,7 +373,9 @@ impl WriterActor {
         while let Ok(msg) = self.inbox.try_recv() {
             match msg {
                 Msg::Job(job) => job.complete(Err(&StoreError::Closed)),
-                Msg::ReleaseMemory => {}
+                Msg::ReleaseMemory(done) => {
+                    let _ = done.send(());
+                }
                 Msg::Stop(tx) => {
                     let _ = tx.send(());
                 }
@@ -426,10 +421,20 @@ impl WriterActor {
         }
     }
 
-    /// `PRAGMA shrink_memory` on the writer connection (outside any transaction).
+    /// `PRAGMA shrink_memory` on the writer connection (outside any transaction) and on every
+    /// idle pooled connection, here rather than on a blocking thread: a thread started for it
+    /// would bring its own stack and malloc arena.
     fn release_memory(&mut self) {
         if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
             log::warn!("persistence: cannot shrink the writer's memory: {e}");
+        }
+        // Hold every idle connection at once, so each is shrunk exactly once.
+        let idle = self.pool.state().idle_connections;
+        let conns: Vec<_> = (0..idle).map_while(|_| self.pool.try_get()).collect();
+        for conn in &conns {
+            if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
+                log::warn!("persistence: cannot shrink a pooled connection's memory: {e}");
+            }
         }
     }
 

@@ -251,26 +251,36 @@ pub(crate) enum Forget {
 /// How many actors a passivation wave must have stopped before the runtime releases memory.
 const RELEASE_AFTER: usize = 64;
 
-/// The supervisor: passivates idle session actors on a timer, and after a wave of passivation
-/// (the live actors down to a quarter of their peak, and at least [`RELEASE_AFTER`] fewer)
-/// releases SQLite's unused memory and calls the `after_passivation` hook.
+/// The supervisor: passivates idle session actors on a timer, and once a wave of passivation is
+/// over (the live actors down to a quarter of their peak, at least [`RELEASE_AFTER`] fewer, and
+/// no fewer than on the tick before) releases SQLite's unused memory and calls the
+/// `after_passivation` hook.
 pub(crate) struct RegistryActor {
     core: Arc<Core>,
     /// The most live actors since memory was last released.
     peak: usize,
+    /// Live actors at the previous tick.
+    last: usize,
 }
 
 impl RegistryActor {
     pub(crate) fn new(core: Arc<Core>) -> Self {
-        Self { core, peak: 0 }
+        Self {
+            core,
+            peak: 0,
+            last: 0,
+        }
     }
 
     /// After a passivation wave: releases the store's unused memory, then calls the hook.
     fn release_after_wave(&mut self, ctx: &mut Context<Self>) {
         let live = self.core.registry.stats().live;
+        let settled = live >= self.last;
+        self.last = live;
         self.peak = self.peak.max(live);
         let freed = self.peak - live;
-        if freed < RELEASE_AFTER || live > self.peak / 4 {
+        // While actors are still stopping, their memory is still being freed: wait a tick.
+        if !settled || freed < RELEASE_AFTER || live > self.peak / 4 {
             return;
         }
         self.peak = live;

@@ -157,6 +157,7 @@ async fn fill(exec: &Execution, ids: &[SessionId], idle: Duration) -> BenchResul
 
 /// In the child: fill the registry, measure, wait for passivation, measure.
 pub fn child(args: &Value) -> BenchResult<Value> {
+    fix_trim_threshold();
     let path = PathBuf::from(args["db"].as_str().ok_or("no db")?);
     let n = usize::try_from(args["n"].as_u64().ok_or("no n")?)?;
     let idle = Duration::from_millis(args["idle_ms"].as_u64().ok_or("no idle_ms")?);
@@ -292,5 +293,19 @@ fn return_freed_memory() {
     // SAFETY: `malloc_trim` only releases free memory of glibc's arenas; it takes no pointers.
     unsafe {
         libc::malloc_trim(0);
+    }
+}
+
+/// The allocator setting that goes with [`return_freed_memory`], made before anything is
+/// allocated in bulk: a fixed `M_TRIM_THRESHOLD` (128 KiB, glibc's default). Otherwise glibc
+/// raises it, up to 64 MiB, whenever a large block is freed (the registry's table, say), and
+/// since `malloc_trim` does not trim the top of a thread's arena, a few MiB freed there stay
+/// resident or not depending on where the last frees landed.
+fn fix_trim_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[allow(unsafe_code)]
+    // SAFETY: `mallopt` sets an allocator parameter; it takes no pointers.
+    unsafe {
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
     }
 }
