@@ -1,0 +1,240 @@
+//! The writer thread of the Persistence actor: takes everything queued, commits it as one
+//! transaction (a savepoint per request), replies after COMMIT and broadcasts what committed.
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+
+use futures::channel::oneshot;
+use rusqlite::{Connection, TransactionBehavior};
+use tokio::sync::broadcast;
+
+use super::{Counters, Job, Msg, WriteCtx};
+use crate::error::StoreError;
+use crate::event::EventRecord;
+use crate::store::pool::Pool;
+
+/// The per-request savepoint's statements (prepared once per connection, then cached).
+const SAVEPOINT: &str = "SAVEPOINT request";
+const RELEASE: &str = "RELEASE request";
+const ROLLBACK_TO: &str = "ROLLBACK TO request";
+
+/// The writer thread's state.
+pub(super) struct WriterActor {
+    /// The one connection every write goes through.
+    pub(super) conn: Connection,
+    /// The readers' pool (only to release its connections' unused memory).
+    pub(super) pool: Pool,
+    /// The mailbox: write requests, memory release, stop.
+    pub(super) inbox: mpsc::Receiver<Msg>,
+    /// Where committed events are published.
+    pub(super) bus: broadcast::Sender<Arc<EventRecord>>,
+    /// Shared with the handles, for `stats()`.
+    pub(super) counters: Arc<Counters>,
+    /// The most requests per transaction (1 with group commit off).
+    pub(super) max_batch: usize,
+}
+
+impl WriterActor {
+    /// The thread's loop, until `Stop` or every handle is gone.
+    pub(super) fn run(mut self) {
+        let mut stop: Option<oneshot::Sender<()>> = None;
+        // A write that must run alone, taken from the mailbox while collecting a batch.
+        let mut held: Option<Box<dyn Job>> = None;
+        while stop.is_none() {
+            let first = match held.take() {
+                Some(job) => Msg::Job(job),
+                None => match self.inbox.recv() {
+                    Ok(msg) => msg,
+                    Err(_) => break,
+                },
+            };
+            let mut batch = Vec::new();
+            match first {
+                Msg::Job(job) if job.alone() => {
+                    self.commit_alone(job);
+                    continue;
+                }
+                Msg::Job(job) => batch.push(job),
+                Msg::ReleaseMemory(done) => {
+                    self.release_memory();
+                    let _ = done.send(());
+                    continue;
+                }
+                Msg::Stop(tx) => stop = Some(tx),
+            }
+            while stop.is_none() && batch.len() < self.max_batch {
+                match self.inbox.try_recv() {
+                    Ok(Msg::Job(job)) if job.alone() => {
+                        held = Some(job);
+                        break;
+                    }
+                    Ok(Msg::Job(job)) => batch.push(job),
+                    Ok(Msg::ReleaseMemory(done)) => {
+                        // Shrinking between two batches changes nothing they store.
+                        self.release_memory();
+                        let _ = done.send(());
+                    }
+                    Ok(Msg::Stop(tx)) => stop = Some(tx),
+                    Err(_) => break,
+                }
+            }
+            if !batch.is_empty() {
+                self.commit_batch(batch);
+            }
+        }
+        if let Some(job) = held {
+            job.complete(Err(&StoreError::Closed));
+        }
+        // Drain what is still queued so no caller waits forever.
+        while let Ok(msg) = self.inbox.try_recv() {
+            match msg {
+                Msg::Job(job) => job.complete(Err(&StoreError::Closed)),
+                Msg::ReleaseMemory(done) => {
+                    let _ = done.send(());
+                }
+                Msg::Stop(tx) => {
+                    let _ = tx.send(());
+                }
+            }
+        }
+        if let Some(tx) = stop {
+            let _ = tx.send(());
+        }
+    }
+
+    fn commit_batch(&mut self, mut batch: Vec<Box<dyn Job>>) {
+        if batch.len() == 1 {
+            // A request alone in its transaction needs no savepoint: rolling the transaction
+            // back undoes exactly that request.
+            if let Some(job) = batch.pop() {
+                self.commit_alone(job);
+            }
+            return;
+        }
+        let size = batch.len() as u64;
+        self.counters.requests.fetch_add(size, Ordering::Relaxed);
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .largest_batch
+            .fetch_max(size, Ordering::Relaxed);
+        let mut events = Vec::new();
+        let outcome = Self::transact(&mut self.conn, &mut batch, &mut events, &self.counters);
+        match outcome {
+            Ok(()) => {
+                for job in batch {
+                    job.complete(Ok(()));
+                }
+                for event in events {
+                    let _ = self.bus.send(Arc::new(event));
+                }
+            }
+            Err(e) => {
+                log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
+                for job in batch {
+                    job.complete(Err(&e));
+                }
+            }
+        }
+    }
+
+    /// `PRAGMA shrink_memory` on the writer connection (outside any transaction) and on every
+    /// idle pooled connection, here rather than on a blocking thread: a thread started for it
+    /// would bring its own stack and malloc arena.
+    fn release_memory(&mut self) {
+        if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
+            log::warn!("persistence: cannot shrink the writer's memory: {e}");
+        }
+        // Hold every idle connection at once, so each is shrunk exactly once.
+        let idle = self.pool.state().idle_connections;
+        let conns: Vec<_> = (0..idle).map_while(|_| self.pool.try_get()).collect();
+        for conn in &conns {
+            if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
+                log::warn!("persistence: cannot shrink a pooled connection's memory: {e}");
+            }
+        }
+    }
+
+    /// Commits one write in a transaction of its own, without a savepoint.
+    fn commit_alone(&mut self, mut job: Box<dyn Job>) {
+        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters.largest_batch.fetch_max(1, Ordering::Relaxed);
+        let mut events = Vec::new();
+        let outcome = (|| {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut ctx = WriteCtx {
+                conn: &tx,
+                events: Vec::new(),
+            };
+            if !job.run(&mut ctx) {
+                // Dropping `tx` rolls the transaction back; the job replies with its own error.
+                return Ok(false);
+            }
+            events = ctx.events;
+            tx.commit()?;
+            Ok::<_, StoreError>(true)
+        })();
+        match outcome {
+            Ok(true) => {
+                job.complete(Ok(()));
+                for event in events {
+                    let _ = self.bus.send(Arc::new(event));
+                }
+            }
+            Ok(false) => {
+                self.counters
+                    .failed_requests
+                    .fetch_add(1, Ordering::Relaxed);
+                job.complete(Ok(()));
+            }
+            Err(e) => {
+                log::error!("persistence: a write alone failed to commit: {e}");
+                job.complete(Err(&e));
+            }
+        }
+    }
+
+    fn transact(
+        conn: &mut Connection,
+        batch: &mut [Box<dyn Job>],
+        events: &mut Vec<EventRecord>,
+        counters: &Counters,
+    ) -> Result<(), StoreError> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for job in batch.iter_mut() {
+            // The savepoint statements are prepared once and cached on the connection
+            // (`Transaction::savepoint` would parse its SQL on every call).
+            tx.prepare_cached(SAVEPOINT)?.execute([])?;
+            let mut ctx = WriteCtx {
+                conn: &tx,
+                events: Vec::new(),
+            };
+            let ok = job.run(&mut ctx);
+            if tx.is_autocommit() {
+                // SQLite rolled the whole transaction back (it may on SQLITE_FULL, IOERR, BUSY
+                // or NOMEM): the writes of the requests before this one are gone, and a later
+                // SAVEPOINT would open, and its RELEASE commit, a transaction of its own. The
+                // batch fails as a whole, with this request's error.
+                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+                return Err(job.failure().unwrap_or_else(|| {
+                    StoreError::Inconsistent("sqlite rolled back the write transaction".into())
+                }));
+            }
+            if ok {
+                let published = std::mem::take(&mut ctx.events);
+                tx.prepare_cached(RELEASE)?.execute([])?;
+                events.extend(published);
+            } else {
+                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+                // Roll back this request alone, then pop its savepoint. Should that fail, the
+                // batch fails rather than commit part of the failed request.
+                tx.prepare_cached(ROLLBACK_TO)?.execute([])?;
+                tx.prepare_cached(RELEASE)?.execute([])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
