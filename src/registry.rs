@@ -81,6 +81,15 @@ fn sparse(len: usize, capacity: usize) -> bool {
     capacity > 64 && len.saturating_mul(4) <= capacity
 }
 
+/// Removes `id`'s entry, shrinking the table once it is sparse.
+fn remove_entry(actors: &mut HashMap<SessionId, Entry>, id: &SessionId) {
+    actors.remove(id);
+    let len = actors.len();
+    if sparse(len, actors.capacity()) {
+        actors.shrink_to(len * 2);
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic never happens while these locks are held; recover the data if one ever did.
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -153,11 +162,7 @@ impl Registry {
             .get(id)
             .is_some_and(|e| e.stamp.generation == generation)
         {
-            actors.remove(id);
-            let len = actors.len();
-            if sparse(len, actors.capacity()) {
-                actors.shrink_to(len * 2);
-            }
+            remove_entry(&mut actors, id);
             match why {
                 Forget::Replaced => self.replaced.fetch_add(1, Ordering::Relaxed),
                 Forget::Passivated => self.passivated.fetch_add(1, Ordering::Relaxed),
@@ -182,11 +187,7 @@ impl Registry {
     pub(crate) fn forget_addr(&self, id: &SessionId, addr: &Addr<SessionActor>) {
         let mut actors = lock(&self.actors);
         if actors.get(id).is_some_and(|e| &e.addr == addr) {
-            actors.remove(id);
-            let len = actors.len();
-            if sparse(len, actors.capacity()) {
-                actors.shrink_to(len * 2);
-            }
+            remove_entry(&mut actors, id);
         }
     }
 
