@@ -252,6 +252,13 @@ pub(crate) enum Forget {
 /// How many actors a passivation wave must have stopped before the runtime releases memory.
 const RELEASE_AFTER: usize = 64;
 
+/// The most `Passivate` requests in flight at once. A wave asks its idle actors in batches of
+/// this many, each batch answered before the next is sent: sending them all at once would queue
+/// one wake-up per actor in the arbiters' run queues (100,000 idle actors: 50,000 on each of two
+/// arbiters), which grow to that peak and never shrink, and would hold up the live sessions'
+/// messages behind the whole wave.
+const PASSIVATE_BATCH: usize = 1024;
+
 /// The supervisor: passivates idle session actors on a timer, and once a wave of passivation is
 /// over (the live actors down to a quarter of their peak, at least [`RELEASE_AFTER`] fewer, and
 /// no fewer than on the tick before) releases SQLite's unused memory and calls the
@@ -262,6 +269,8 @@ pub(crate) struct RegistryActor {
     peak: usize,
     /// Live actors at the previous tick.
     last: usize,
+    /// A passivation wave is still sending its `Passivate` batches.
+    passivating: bool,
 }
 
 impl RegistryActor {
@@ -270,7 +279,36 @@ impl RegistryActor {
             core,
             peak: 0,
             last: 0,
+            passivating: false,
         }
+    }
+
+    /// Asks every actor idle longer than `idle` to stop, [`PASSIVATE_BATCH`] at a time; ticks
+    /// that come while a wave is still being sent start none.
+    fn passivate_idle(&mut self, idle: Duration, ctx: &mut Context<Self>) {
+        if self.passivating {
+            return;
+        }
+        let idle_actors = self.core.registry.idle_actors(idle);
+        if idle_actors.is_empty() {
+            return;
+        }
+        self.passivating = true;
+        ctx.spawn(
+            async move {
+                let mut rest = idle_actors.into_iter();
+                loop {
+                    let batch: Vec<_> = rest.by_ref().take(PASSIVATE_BATCH).collect();
+                    if batch.is_empty() {
+                        break;
+                    }
+                    // An actor that stopped meanwhile answers with a mailbox error: nothing to do.
+                    futures::future::join_all(batch.iter().map(|addr| addr.send(Passivate))).await;
+                }
+            }
+            .into_actor(self)
+            .map(|(), act, _| act.passivating = false),
+        );
     }
 
     /// After a passivation wave: releases the store's unused memory, then calls the hook.
@@ -314,11 +352,12 @@ impl Actor for RegistryActor {
             if act.core.registry.is_closed() {
                 return;
             }
-            // Actors asked on an earlier tick have stopped by now.
-            act.release_after_wave(ctx);
-            for addr in act.core.registry.idle_actors(idle) {
-                addr.do_send(Passivate);
+            // Actors asked on an earlier tick have stopped by now, unless a wave is still
+            // being sent.
+            if !act.passivating {
+                act.release_after_wave(ctx);
             }
+            act.passivate_idle(idle, ctx);
         });
     }
 }
