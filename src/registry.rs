@@ -259,6 +259,9 @@ const RELEASE_AFTER: usize = 64;
 /// messages behind the whole wave.
 const PASSIVATE_BATCH: usize = 1024;
 
+/// How long a wave waits for one actor to answer its `Passivate`.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The supervisor: passivates idle session actors on a timer, and once a wave of passivation is
 /// over (the live actors down to a quarter of their peak, at least [`RELEASE_AFTER`] fewer, and
 /// no fewer than on the tick before) releases SQLite's unused memory and calls the
@@ -302,8 +305,12 @@ impl RegistryActor {
                     if batch.is_empty() {
                         break;
                     }
-                    // An actor that stopped meanwhile answers with a mailbox error: nothing to do.
-                    futures::future::join_all(batch.iter().map(|addr| addr.send(Passivate))).await;
+                    // An actor that stopped meanwhile answers with a mailbox error, and one whose
+                    // arbiter is stuck times out: neither holds up passivation for good.
+                    let asks = batch
+                        .iter()
+                        .map(|addr| addr.send(Passivate).timeout(ASK_TIMEOUT));
+                    futures::future::join_all(asks).await;
                 }
             }
             .into_actor(self)
