@@ -112,11 +112,7 @@ impl WriterActor {
             return;
         }
         let size = batch.len() as u64;
-        self.counters.requests.fetch_add(size, Ordering::Relaxed);
-        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
-        self.counters
-            .largest_batch
-            .fetch_max(size, Ordering::Relaxed);
+        self.count_transaction(size);
         let mut events = Vec::new();
         let outcome = Self::transact(&mut self.conn, &mut batch, &mut events, &self.counters);
         match outcome {
@@ -124,9 +120,7 @@ impl WriterActor {
                 for job in batch {
                     job.complete(Ok(()));
                 }
-                for event in events {
-                    let _ = self.bus.send(Arc::new(event));
-                }
+                self.broadcast(events);
             }
             Err(e) => {
                 log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
@@ -154,11 +148,25 @@ impl WriterActor {
         }
     }
 
+    /// Counts one transaction of `size` requests.
+    fn count_transaction(&self, size: u64) {
+        self.counters.requests.fetch_add(size, Ordering::Relaxed);
+        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .largest_batch
+            .fetch_max(size, Ordering::Relaxed);
+    }
+
+    /// Publishes committed events on the bus (after their callers were answered).
+    fn broadcast(&self, events: Vec<EventRecord>) {
+        for event in events {
+            let _ = self.bus.send(Arc::new(event));
+        }
+    }
+
     /// Commits one write in a transaction of its own, without a savepoint.
     fn commit_alone(&mut self, mut job: Box<dyn Job>) {
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        self.counters.transactions.fetch_add(1, Ordering::Relaxed);
-        self.counters.largest_batch.fetch_max(1, Ordering::Relaxed);
+        self.count_transaction(1);
         let mut events = Vec::new();
         let outcome = (|| {
             let tx = self
@@ -179,9 +187,7 @@ impl WriterActor {
         match outcome {
             Ok(true) => {
                 job.complete(Ok(()));
-                for event in events {
-                    let _ = self.bus.send(Arc::new(event));
-                }
+                self.broadcast(events);
             }
             Ok(false) => {
                 self.counters
