@@ -7,6 +7,8 @@
 
 /// Before the claim (`session.execution.started`) of a turn is sent to be committed.
 pub(crate) const BEFORE_CLAIM: &str = "before_claim";
+/// Inside the claim write of a turn, before its transaction commits.
+pub(crate) const DURING_CLAIM: &str = "during_claim";
 /// After the claim committed, before the drain starts.
 pub(crate) const AFTER_CLAIM_BEFORE_DRAIN: &str = "after_claim_before_drain";
 /// After the drain returned, before its terminal event (and release) is committed.
@@ -15,16 +17,23 @@ pub(crate) const AFTER_DRAIN_BEFORE_RELEASE: &str = "after_drain_before_release"
 pub(crate) const SWEEP_AFTER_COUNT: &str = "sweep_after_count";
 /// Inside the admission write of a prompt, before its transaction commits.
 pub(crate) const DURING_ADMISSION: &str = "during_admission";
+/// After an admission with `resume` committed (and was acknowledged), before its wake is sent.
+pub(crate) const AFTER_ADMISSION_BEFORE_WAKE: &str = "after_admission_before_wake";
+/// After a user interrupt request committed, before the interrupt reaches the turn.
+pub(crate) const AFTER_INTERRUPT_REQUEST: &str = "after_interrupt_request";
 /// Inside the promotion write of a turn, before its transaction commits.
 pub(crate) const DURING_PROMOTION: &str = "during_promotion";
 
 /// Every crash point, for the matrix.
 pub const ALL: &[&str] = &[
     BEFORE_CLAIM,
+    DURING_CLAIM,
     AFTER_CLAIM_BEFORE_DRAIN,
     AFTER_DRAIN_BEFORE_RELEASE,
     SWEEP_AFTER_COUNT,
     DURING_ADMISSION,
+    AFTER_ADMISSION_BEFORE_WAKE,
+    AFTER_INTERRUPT_REQUEST,
     DURING_PROMOTION,
 ];
 

@@ -12,6 +12,7 @@ use crate::id::SessionId;
 use crate::runner::{InterruptReason, Terminal};
 use crate::session::messages::{AwaitIdle, Interrupt, Resume, Wake};
 use crate::session::SessionActor;
+use crate::turn::Resumption;
 
 /// How often a message is re-sent to a fresh actor when the one it found had just stopped.
 const DELIVERY_ATTEMPTS: usize = 8;
@@ -74,19 +75,20 @@ impl Execution {
         &self,
         id: &SessionId,
     ) -> Result<oneshot::Receiver<Result<Terminal>>> {
-        self.start_resume_with(id, false).await
+        self.start_resume_with(id, None).await
     }
 
-    /// [`Execution::start_resume`]; `claimed` says the restart sweep already committed the
-    /// turn's claim, so a turn this starts goes straight to its drain.
+    /// [`Execution::start_resume`]; `recovery` says the restart sweep already committed the
+    /// turn's claim, so a turn this starts goes straight to its drain, and what it resumes.
     pub(crate) async fn start_resume_with(
         &self,
         id: &SessionId,
-        claimed: bool,
+        recovery: Option<Arc<Resumption>>,
     ) -> Result<oneshot::Receiver<Result<Terminal>>> {
         self.deliver(id, || {
             let (reply, outcome) = oneshot::channel();
-            (Resume { reply, claimed }, outcome)
+            let recovery = recovery.clone();
+            (Resume { reply, recovery }, outcome)
         })
         .await
     }

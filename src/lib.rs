@@ -58,7 +58,7 @@ pub use runner::{
 pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
 pub use service::{CreateSession, PromptInput, Reprojection, SessionEvents, Sessions};
 pub use store::pool::Synchronous;
-pub use turn::Turn;
+pub use turn::{Resumption, Turn, TurnCause};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

@@ -189,6 +189,10 @@ pub struct Message {
     pub data: serde_json::Value,
     /// When the message was created.
     pub time_created: i64,
+    /// For a `user` message (a promoted prompt): a user interrupted the turn that promoted it,
+    /// so a runner must not answer it again. Serialized only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 /// A keyset cursor on a transcript message.
@@ -292,6 +296,7 @@ mod tests {
             seq: 3,
             data: json!({"text": "hi"}),
             time_created: 1,
+            interrupted: false,
         };
         let v = serde_json::to_value(&m)?;
         assert_eq!(v["type"], json!("user"));

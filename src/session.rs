@@ -30,7 +30,7 @@ use crate::id::SessionId;
 use crate::registry::{Forget, Passivate, Stamp};
 use crate::runner::{Exit, RunError, Terminal};
 use crate::store;
-use crate::turn::Turn;
+use crate::turn::{Resumption, Turn, TurnCause};
 
 /// The reply channels the actor hands its coordinator.
 pub(crate) struct ActorTokens;
@@ -54,15 +54,22 @@ pub(crate) struct SessionActor {
     coordinator: Coordinator<ActorTokens, SettleError>,
     /// This incarnation's generation and last activity, shared with its registry entry.
     stamp: Arc<Stamp>,
-    /// The running drain: its id and the handle that cancels it.
-    drain: Option<Box<(u64, SpawnHandle)>>,
+    /// The running drain and a recovery waiting for its drain; boxed, as most actors are idle.
+    running: Option<Box<Running>>,
     /// Whether the session row exists (loaded at start, re-checked when it did not).
     exists: bool,
     /// A drain panicked: after settling, the actor stops and is replaced.
     panicked: bool,
-    /// Set while handling a `Resume` whose claim the restart sweep already committed: a turn it
-    /// starts skips its own claim write.
-    preclaimed: bool,
+}
+
+/// What only a session with a turn in hand carries.
+#[derive(Default)]
+struct Running {
+    /// The running drain: its id and the handle that cancels it.
+    drain: Option<(u64, SpawnHandle)>,
+    /// Set while handling a `Resume` of the restart sweep, which already committed the turn's
+    /// claim: a turn it starts skips its own claim write, and its first drain is a recovery.
+    recovery: Option<Arc<Resumption>>,
 }
 
 impl std::fmt::Debug for SessionActor {
@@ -82,10 +89,9 @@ impl SessionActor {
             id,
             coordinator: Coordinator::new(None),
             stamp,
-            drain: None,
+            running: None,
             exists: false,
             panicked: false,
-            preclaimed: false,
         }
     }
 
@@ -141,12 +147,14 @@ impl SessionActor {
                     wake_seq,
                 } => self.spawn_drain(drain, mode, wake_seq, ctx),
                 Effect::Cancel { drain } => {
-                    if let Some(running) = self.drain.take() {
-                        if running.0 == drain {
-                            ctx.cancel_future(running.1);
+                    let running = self.running.as_mut().and_then(|r| r.drain.take());
+                    if let Some((id, handle)) = running {
+                        if id == drain {
+                            self.running = None;
+                            ctx.cancel_future(handle);
                             queue.extend(self.coordinator.drain_finished(drain, Exit::Interrupted));
-                        } else {
-                            self.drain = Some(running);
+                        } else if let Some(r) = self.running.as_mut() {
+                            r.drain = Some((id, handle));
                         }
                     }
                 }
@@ -190,7 +198,7 @@ impl SessionActor {
         execution: u64,
         ctx: &mut Context<Self>,
     ) -> Vec<Effect<ActorTokens, SettleError>> {
-        if std::mem::take(&mut self.preclaimed) {
+        if self.running.as_ref().is_some_and(|r| r.recovery.is_some()) {
             // The restart sweep committed this turn's claim with its notice.
             crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
             return self.coordinator.started(execution, Ok(()));
@@ -201,7 +209,11 @@ impl SessionActor {
         crash::point(crash::BEFORE_CLAIM);
         let commit = async move {
             persistence
-                .write(move |w| w.publish(&id, kind::EXECUTION_STARTED, &data).map(|_| ()))
+                .write(move |w| {
+                    w.publish(&id, kind::EXECUTION_STARTED, &data)?;
+                    crash::point(crash::DURING_CLAIM);
+                    Ok(())
+                })
                 .await
         };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
@@ -226,12 +238,13 @@ impl SessionActor {
         wake_seq: Option<u64>,
         ctx: &mut Context<Self>,
     ) {
-        let turn = Turn::new(
-            self.core.clone(),
-            self.id.clone(),
-            mode == Mode::Run,
-            wake_seq,
-        );
+        let recovery = self.running.take().and_then(|r| r.recovery);
+        let cause = match (mode, recovery) {
+            (Mode::Run, Some(resumption)) => TurnCause::Recovery(resumption),
+            (Mode::Run, None) => TurnCause::Resume,
+            (Mode::Wake, _) => TurnCause::Wake { seq: wake_seq },
+        };
+        let turn = Turn::new(self.core.clone(), self.id.clone(), cause, wake_seq);
         let runner = self.core.runner.clone();
         let future = DropSafe(Some(
             AssertUnwindSafe(async move { runner.drain(turn).await })
@@ -239,8 +252,12 @@ impl SessionActor {
                 .boxed_local(),
         ));
         let handle = ctx.spawn(future.into_actor(self).map(move |result, act, ctx| {
-            if act.drain.as_ref().is_some_and(|d| d.0 == drain) {
-                act.drain = None;
+            if act
+                .running
+                .as_ref()
+                .is_some_and(|r| r.drain.as_ref().is_some_and(|d| d.0 == drain))
+            {
+                act.running = None;
             }
             let exit = match result {
                 Ok(Ok(())) => Exit::Success,
@@ -255,7 +272,10 @@ impl SessionActor {
             let effects = act.coordinator.drain_finished(drain, exit);
             act.apply(effects, ctx);
         }));
-        self.drain = Some(Box::new((drain, handle)));
+        self.running = Some(Box::new(Running {
+            drain: Some((drain, handle)),
+            recovery: None,
+        }));
     }
 
     /// Commits the terminal event (+ release unless shutdown), then reports.
@@ -272,23 +292,40 @@ impl SessionActor {
         );
         let commit = async move {
             persistence
-                .write(move |w| w.publish(&id, event, &data).map(|_| ()))
+                .write(move |w| {
+                    // Decided while the claim is still held: the next queued prompt, if any.
+                    let next = if best_effort {
+                        None
+                    } else {
+                        store::settle(w.conn(), &id)?
+                    };
+                    w.publish(&id, event, &data)?;
+                    Ok(next)
+                })
                 .await
         };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
-            let result = match result {
-                Ok(()) => Ok(()),
+            let (result, next) = match result {
+                Ok(next) => (Ok(()), next),
                 Err(e) if best_effort => {
                     log::warn!("session {}: could not record shutdown: {e}", act.id);
-                    Ok(())
+                    (Ok(()), None)
                 }
                 Err(e) => {
                     log::error!("session {}: could not record {terminal:?}: {e}", act.id);
-                    Err(Arc::new(e))
+                    (Err(Arc::new(e)), None)
                 }
             };
             let effects = act.coordinator.settled(result);
             act.apply(effects, ctx);
+            if let Some(seq) = next {
+                // Queued prompts each run in a turn of their own, in admission order: the next
+                // one starts once this turn settled (unless a successor already runs).
+                if !act.coordinator.is_active() {
+                    let effects = act.coordinator.wake(Some(seq));
+                    act.apply(effects, ctx);
+                }
+            }
         }));
     }
 }
@@ -400,7 +437,7 @@ impl Handler<Resume> for SessionActor {
 
     fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
         if !self.ensure_exists() {
-            if msg.claimed && !self.coordinator.is_active() {
+            if msg.recovery.is_some() && !self.coordinator.is_active() {
                 self.core.registry.deactivate(&self.id);
             }
             let _ = msg.reply.send(Err(Error::NotFound {
@@ -408,12 +445,20 @@ impl Handler<Resume> for SessionActor {
             }));
             return;
         }
+        let claimed = msg.recovery.is_some();
         let effects = self.coordinator.run(msg.reply);
-        self.preclaimed = msg.claimed;
+        if let Some(resumption) = msg.recovery {
+            self.running.get_or_insert_with(Box::default).recovery = Some(resumption);
+        }
         self.apply(effects, ctx);
         // Only a turn this resume started uses the sweep's claim (it may have joined one).
-        self.preclaimed = false;
-        if msg.claimed && !self.coordinator.is_active() {
+        if let Some(running) = self.running.as_mut() {
+            running.recovery = None;
+            if running.drain.is_none() {
+                self.running = None;
+            }
+        }
+        if claimed && !self.coordinator.is_active() {
             // The sweep marked the session active ahead of this resume, which started nothing.
             self.core.registry.deactivate(&self.id);
         }

@@ -19,11 +19,12 @@ mod input;
 mod maintenance;
 mod message;
 pub(crate) mod pool;
+mod recovery;
 pub(crate) mod schema;
 mod session;
 
 pub(crate) use claim::{
-    claim, claim_state, count_resume, list_suspended, release, release_child_claims,
+    claim, claim_state, count_adoption, count_resume, list_suspended, release, release_child_claims,
 };
 #[allow(unused_imports)]
 pub(crate) use event::{events_after, latest_interrupt_seq, latest_seq, project, publish};
@@ -36,6 +37,10 @@ pub(crate) use maintenance::{
 pub(crate) use message::{append_message, context, get_message, message_exists, messages};
 #[allow(unused_imports)]
 pub(crate) use pool::{open, open_connection, Pool, StoreConfig};
+pub(crate) use recovery::{
+    adoptable, claim_seq, clear_wakes, mark_interrupted, mark_wake, owes_turn, served_inputs,
+    settle,
+};
 #[allow(unused_imports)]
 pub(crate) use session::{create_session, get_session, list_sessions, session_exists};
 

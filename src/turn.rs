@@ -11,14 +11,53 @@ use crate::event::{kind, EventRecord};
 use crate::execution::Execution;
 use crate::id::{MessageId, SessionId};
 use crate::model::{Admission, Message};
+
 use crate::store;
+
+/// Why a drain runs: what the runner is asked to serve.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TurnCause {
+    /// An advisory wake: a prompt's admission (`seq`, its admission seq), the next queued prompt
+    /// after a turn, or an unsequenced wake (`seq: None`). Drain only what is pending.
+    Wake {
+        /// The admission seq that woke this drain, if any.
+        seq: Option<u64>,
+    },
+    /// An explicit resume (`Sessions::resume`, `POST /sessions/{id}/resume`): make at least one
+    /// attempt. It resumes nothing a crash left behind and nothing a user interrupted: what it
+    /// may serve is what is pending.
+    Resume,
+    /// The restart sweep resumed a turn a previous process left claimed (or owed: a prompt
+    /// acknowledged but never started), after publishing the restart notice.
+    Recovery(Arc<Resumption>),
+}
+
+/// What a turn resumed after a restart is resuming (see [`TurnCause::Recovery`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Resumption {
+    /// Which restart-resume of this turn this is, from 1.
+    pub attempt: u32,
+    /// The budget: attempts past it are recorded as `aborted` instead of resumed.
+    pub max_attempts: u32,
+    /// The seq of the restart notice (`session.synthetic`) published for this attempt.
+    pub notice_seq: u64,
+    /// The inputs the killed attempt had promoted and not finished, in promotion order: never
+    /// an input an earlier turn served to its terminal, never one a user interrupted. Empty
+    /// when the killed process had not started the turn (an acknowledged prompt whose wake was
+    /// lost): the prompt is then still pending, to be promoted as usual.
+    pub inputs: Vec<Admission>,
+}
 
 /// One drain of a session's turn, handed to [`crate::Runner::drain`].
 #[derive(Clone)]
 pub struct Turn {
     core: Arc<Core>,
     session_id: SessionId,
-    forced: bool,
+    cause: TurnCause,
+    /// The drain's interrupt fence: its wake's admission seq (a forced drain upgraded from a
+    /// wake keeps that wake's seq).
     wake_seq: Option<u64>,
 }
 
@@ -26,8 +65,7 @@ impl std::fmt::Debug for Turn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Turn")
             .field("session_id", &self.session_id)
-            .field("forced", &self.forced)
-            .field("wake_seq", &self.wake_seq)
+            .field("cause", &self.cause)
             .finish_non_exhaustive()
     }
 }
@@ -36,14 +74,27 @@ impl Turn {
     pub(crate) fn new(
         core: Arc<Core>,
         session_id: SessionId,
-        forced: bool,
+        cause: TurnCause,
         wake_seq: Option<u64>,
     ) -> Self {
         Self {
             core,
             session_id,
-            forced,
+            cause,
             wake_seq,
+        }
+    }
+
+    /// Why this drain runs.
+    pub fn cause(&self) -> &TurnCause {
+        &self.cause
+    }
+
+    /// For a turn the restart sweep resumed, what it resumes.
+    pub fn resumption(&self) -> Option<&Resumption> {
+        match &self.cause {
+            TurnCause::Recovery(resumption) => Some(resumption),
+            _ => None,
         }
     }
 
@@ -52,9 +103,10 @@ impl Turn {
         &self.session_id
     }
 
-    /// True for an explicit resume (make at least one attempt), false for an advisory wake.
+    /// True for an explicit resume or a recovery (make at least one attempt), false for an
+    /// advisory wake.
     pub fn is_forced(&self) -> bool {
-        self.forced
+        !matches!(self.cause, TurnCause::Wake { .. })
     }
 
     /// The admission seq that woke this drain, if any.
@@ -183,7 +235,8 @@ impl Turn {
             .await?)
     }
 
-    /// The transcript a runner feeds the model, in order.
+    /// The transcript a runner feeds the model, in order. A `user` message whose turn a user
+    /// interrupted has [`Message::interrupted`] set: it must not be answered again.
     ///
     /// # Errors
     /// [`Error::Store`] when the read failed.

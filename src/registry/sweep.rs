@@ -10,21 +10,43 @@ use crate::error::Result;
 use crate::event::{kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
 use crate::execution::Execution;
 use crate::id::SessionId;
+use crate::runner::InterruptReason;
 use crate::store;
+use crate::turn::Resumption;
 
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SweepReport {
     /// Child-session claims released (children are never resumed on their own).
     pub children_released: usize,
-    /// Sessions whose turn was resumed with the restart notice.
+    /// Sessions whose turn was resumed with the restart notice: claimed turns, and sessions
+    /// holding an acknowledged prompt whose turn never started.
     pub resumed: Vec<SessionId>,
     /// Sessions whose turn exhausted its resume budget and was recorded as `aborted`.
     pub terminalized: Vec<SessionId>,
+    /// Claimed turns a durable user interrupt request had stopped before the crash: recorded
+    /// as `interrupted{user}` and released, never resumed.
+    pub interrupted: Vec<SessionId>,
 }
 
 /// Orphans noticed and claimed per transaction of the sweep.
 const SWEEP_CHUNK: usize = 1024;
+
+/// A session the sweep takes up.
+enum Orphan {
+    /// Claimed by an earlier boot, with its attempt count (this boot's included).
+    Claimed(SessionId, u32),
+    /// Holding no claim but an acknowledged prompt owed a turn: the process died before the
+    /// prompt's turn started.
+    Owed(SessionId),
+}
+
+/// What the sweep did with one orphan.
+enum Swept {
+    Resumed(SessionId, Arc<Resumption>),
+    Terminalized(SessionId),
+    Interrupted(SessionId),
+}
 
 /// Runs the sweep in the order of reference §3. Returns once every resumed turn is registered
 /// (in `active()`), never waiting for a drain.
@@ -36,122 +58,178 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
         .await?;
     // (2) Snapshot what this process is already running.
     let active = core.registry.active();
-    // (3) Claimed top-level sessions, made by an earlier boot, minus that snapshot.
+    // (3) Claimed top-level sessions, made by an earlier boot, and unclaimed ones owed a turn,
+    // minus that snapshot.
     let boot = core.boot.clone();
-    let orphans: Vec<SessionId> = persistence
-        .read(move |conn| store::list_suspended(conn, Some(&boot)))
-        .await?
+    let (claimed, owed) = persistence
+        .read(move |conn| {
+            Ok((
+                store::list_suspended(conn, Some(&boot))?,
+                store::adoptable(conn)?,
+            ))
+        })
+        .await?;
+    let claimed: Vec<SessionId> = claimed
         .into_iter()
         .filter(|id| !active.contains(id))
         .collect();
-    if orphans.is_empty() {
+    let owed: Vec<SessionId> = owed.into_iter().filter(|id| !active.contains(id)).collect();
+    if claimed.is_empty() && owed.is_empty() {
         return Ok(SweepReport {
             children_released,
             ..SweepReport::default()
         });
     }
-    // (4a) Count every attempt durably, in one transaction, before any notice or drain. A count
-    // takes the claim for this boot, so an orphan is counted once per boot even when sweeps run
-    // concurrently; one released (or claimed by a turn of this process) since it was listed is
-    // skipped. The sweep's writes run alone: a savepoint around 10,000 rows would copy every
-    // page it touches to the statement journal.
+    // (4a) Count every claimed attempt durably, in one transaction, before any notice or drain.
+    // A count takes the claim for this boot, so an orphan is counted once per boot even when
+    // sweeps run concurrently; one released (or claimed by a turn of this process) since it
+    // was listed is skipped. The sweep's writes run alone: a savepoint around 10,000 rows would
+    // copy every page it touches to the statement journal.
     let boot = core.boot.clone();
-    let counted: Vec<(SessionId, u32)> = persistence
+    let mut orphans: Vec<Orphan> = persistence
         .write_alone(move |w| {
-            let mut counted = Vec::with_capacity(orphans.len());
-            for id in orphans {
+            let mut counted = Vec::with_capacity(claimed.len());
+            for id in claimed {
                 if let Some(attempts) = store::count_resume(w.conn(), &id, &boot)? {
-                    counted.push((id, attempts));
+                    counted.push(Orphan::Claimed(id, attempts));
                 }
             }
             Ok(counted)
         })
         .await?;
+    orphans.extend(owed.into_iter().map(Orphan::Owed));
     crate::crash::point(crate::crash::SWEEP_AFTER_COUNT);
     crate::crash::point(crate::crash::BEFORE_CLAIM);
-    // (4b) In chunks, each one transaction: terminalize the turns over budget; for the rest
-    // publish the continue notice and, right behind it, the turn's claim
-    // (`session.execution.started`), so each orphan's pages are dirtied once. (4c) As each chunk
-    // commits, its resumes start (concurrently; registration only, never waiting for drains)
-    // while the writer commits the next chunk.
+    // (4b) In chunks, each one transaction: settle each orphan (see `sweep_one`). (4c) As each
+    // chunk commits, its resumes start (concurrently; registration only, never waiting for
+    // drains) while the writer commits the next chunk.
     let max = core.config.max_resume_attempts;
     let execution = Execution { core: core.clone() };
-    let chunks: Vec<Vec<(SessionId, u32)>> = chunked(counted, SWEEP_CHUNK);
+    let chunks: Vec<Vec<Orphan>> = chunked(orphans, SWEEP_CHUNK);
     let outcomes = chunks.into_iter().map(|chunk| {
         let execution = execution.clone();
         let started = json!({ "boot": core.boot });
         async move {
-            let (resumed, terminalized) = persistence
-                .write_alone(move |w| notice_and_claim(w, chunk, max, &started))
+            let swept = persistence
+                .write_alone(move |w| {
+                    let mut swept = Vec::with_capacity(chunk.len());
+                    for orphan in chunk {
+                        swept.extend(sweep_one(w, orphan, max, &started)?);
+                    }
+                    Ok(swept)
+                })
                 .await?;
             // Every turn of the chunk is active before any of them drains (a claimed resume
             // drains as soon as its actor handles it); an actor whose resume starts no turn
             // deactivates its session again.
-            for id in &resumed {
-                execution.core.registry.activate(id);
+            for outcome in &swept {
+                if let Swept::Resumed(id, _) = outcome {
+                    execution.core.registry.activate(id);
+                }
             }
-            let registrations = resumed.iter().map(|id| {
+            let registrations = swept.iter().filter_map(|outcome| match outcome {
+                Swept::Resumed(id, resumption) => Some((id, resumption)),
+                _ => None,
+            });
+            let registrations = registrations.map(|(id, resumption)| {
                 let execution = execution.clone();
+                let resumption = resumption.clone();
                 async move {
-                    match execution.start_resume_with(id, true).await {
-                        Ok(_outcome) => {}
-                        Err(e) => {
-                            log::error!("sweep: could not resume session {id}: {e}");
-                            execution.core.registry.deactivate(id);
-                        }
+                    if let Err(e) = execution.start_resume_with(id, Some(resumption)).await {
+                        log::error!("sweep: could not resume session {id}: {e}");
+                        execution.core.registry.deactivate(id);
                     }
                 }
             });
             futures::future::join_all(registrations).await;
-            Ok::<_, crate::Error>((resumed, terminalized))
+            Ok::<_, crate::Error>(swept)
         }
     });
-    let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
-    for outcome in futures::future::join_all(outcomes).await {
-        let (r, t) = outcome?;
-        resumed.extend(r);
-        terminalized.extend(t);
-    }
-    Ok(SweepReport {
+    let mut report = SweepReport {
         children_released,
-        resumed,
-        terminalized,
-    })
+        ..SweepReport::default()
+    };
+    for outcome in futures::future::join_all(outcomes).await {
+        for swept in outcome? {
+            match swept {
+                Swept::Resumed(id, _) => report.resumed.push(id),
+                Swept::Terminalized(id) => report.terminalized.push(id),
+                Swept::Interrupted(id) => report.interrupted.push(id),
+            }
+        }
+    }
+    Ok(report)
 }
 
-/// One chunk of step (4b): terminalizes the counted turns over `max` attempts, publishes the
-/// restart notice and the claim of the others; returns (resumed, terminalized).
-fn notice_and_claim(
+/// Step (4b) for one orphan, in the chunk's transaction:
+///
+/// - a claimed turn whose durable user interrupt request came after its claim, and that served
+///   nothing admitted after that request, is recorded `interrupted{user}` and released: an
+///   interrupt sticks even when the process died before the turn's terminal;
+/// - a turn over `max` attempts is recorded `failed{aborted}` and released;
+/// - any other is resumed: the restart notice and, right behind it, the turn's claim
+///   (`session.execution.started`), so each orphan's pages are dirtied once.
+///
+/// `None` when there is nothing left to do: a turn of this process ended the claim, or served
+/// the owed prompt, since the orphan was listed.
+fn sweep_one(
     w: &mut crate::persistence::WriteCtx<'_>,
-    chunk: Vec<(SessionId, u32)>,
+    orphan: Orphan,
     max: u32,
     started: &serde_json::Value,
-) -> std::result::Result<(Vec<SessionId>, Vec<SessionId>), crate::StoreError> {
-    let (mut resumed, mut terminalized) = (Vec::new(), Vec::new());
-    for (id, attempts) in chunk {
-        // A turn of this process may have ended (released) the claim since the count: then
-        // there is nothing left to resume or to terminalize.
-        let claimed =
-            store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
-        if !claimed {
-            continue;
+) -> std::result::Result<Option<Swept>, crate::StoreError> {
+    let (id, attempts, inputs) = match orphan {
+        Orphan::Claimed(id, attempts) => {
+            let claimed =
+                store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
+            if !claimed {
+                return Ok(None);
+            }
+            let fence = store::latest_interrupt_seq(w.conn(), &id)?;
+            let claim = store::claim_seq(w.conn(), &id)?;
+            let inputs = match claim {
+                Some(claim) => store::served_inputs(w.conn(), &id, claim, fence)?,
+                None => Vec::new(),
+            };
+            let interrupted = matches!((claim, fence), (Some(c), Some(f)) if f > c);
+            if interrupted && inputs.is_empty() {
+                let reason = json!({ "reason": InterruptReason::User.as_str() });
+                w.publish(&id, kind::EXECUTION_INTERRUPTED, &reason)?;
+                return Ok(Some(Swept::Interrupted(id)));
+            }
+            (id, attempts, inputs)
         }
-        if attempts > max {
-            let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
-            w.publish(&id, kind::EXECUTION_FAILED, &error)?;
-            terminalized.push(id);
-        } else {
-            let notice = json!({
-                "sessionID": id,
-                "text": RESTART_NOTICE_TEXT,
-                "description": RESTART_NOTICE_DESCRIPTION,
-            });
-            w.publish(&id, kind::SYNTHETIC, &notice)?;
-            w.publish(&id, kind::EXECUTION_STARTED, started)?;
-            resumed.push(id);
+        Orphan::Owed(id) => {
+            if !store::owes_turn(w.conn(), &id)? {
+                return Ok(None);
+            }
+            let Some(attempts) = store::count_adoption(w.conn(), &id)? else {
+                return Ok(None);
+            };
+            (id, attempts, Vec::new())
         }
+    };
+    if attempts > max {
+        let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
+        w.publish(&id, kind::EXECUTION_FAILED, &error)?;
+        // Nothing is owed any more: the turn is over, recorded as aborted.
+        store::clear_wakes(w.conn(), &id)?;
+        return Ok(Some(Swept::Terminalized(id)));
     }
-    Ok((resumed, terminalized))
+    let notice = json!({
+        "sessionID": id,
+        "text": RESTART_NOTICE_TEXT,
+        "description": RESTART_NOTICE_DESCRIPTION,
+    });
+    let notice_seq = w.publish(&id, kind::SYNTHETIC, &notice)?.seq;
+    w.publish(&id, kind::EXECUTION_STARTED, started)?;
+    let resumption = Resumption {
+        attempt: attempts,
+        max_attempts: max,
+        notice_seq,
+        inputs,
+    };
+    Ok(Some(Swept::Resumed(id, Arc::new(resumption))))
 }
 
 /// Splits `items` into chunks of at most `size`, in order.

@@ -32,34 +32,60 @@ impl Sessions {
     /// For a stored session, first commits `session.interrupt.requested` (data
     /// `{"sessionID": …}`); its seq is the interrupt fence: the running turn is interrupted
     /// unless it serves work admitted after the fence, and wakes for prompts admitted at or
-    /// before it are dropped — durably, a restarted process loads the fence too. Prompts
-    /// admitted later still run. For an id with no stored session, delegates a seq-less
-    /// interrupt (delegation does not require the session to exist) and records nothing.
+    /// before it are dropped — durably: a restarted process loads the fence too, and the
+    /// restart sweep records a claimed turn the request came after as `interrupted{user}`
+    /// instead of resuming it, so the interrupt sticks even if the process dies before the
+    /// turn's terminal. Prompts admitted later still run. For an id with no stored session,
+    /// delegates a seq-less interrupt (delegation does not require the session to exist) and
+    /// records nothing.
     ///
     /// Returns whether a running turn was interrupted (it then committed `interrupted{user}`
-    /// and released its claim before this returns). The work runs on a task of its own, so a
-    /// caller that stops waiting does not cut it between the event and the interrupt.
+    /// and released its claim before this returns). When the runtime starts shutting down
+    /// after the request committed, the request has taken effect all the same (the next boot
+    /// records the turn as interrupted by the user) and this returns whether a turn held the
+    /// claim. The work runs on a task of its own, so a caller that stops waiting does not cut
+    /// it between the event and the interrupt.
     ///
     /// # Errors
     /// [`Error::Store`] when the event cannot be committed (then nothing was interrupted);
-    /// [`Error::ShuttingDown`] while the runtime shuts down.
+    /// [`Error::ShuttingDown`] when the runtime was already shutting down (then nothing was
+    /// stored).
     pub async fn interrupt(&self, session_id: &SessionId) -> Result<bool> {
+        if self.core.registry.is_closed() {
+            return Err(Error::ShuttingDown);
+        }
         let this = self.clone();
         let id = session_id.clone();
         actix_rt::spawn(async move {
             let key = id.clone();
-            let fence = this
+            let request = this
                 .core
                 .persistence
                 .write(move |w| {
-                    if !store::session_exists(w.conn(), &key)? {
+                    let Some(claim) = store::claim_state(w.conn(), &key)? else {
                         return Ok(None);
-                    }
+                    };
                     let data = json!({ "sessionID": key });
-                    Ok(Some(w.publish(&key, kind::INTERRUPT_REQUESTED, &data)?.seq))
+                    let seq = w.publish(&key, kind::INTERRUPT_REQUESTED, &data)?.seq;
+                    // Every pending prompt is fenced: none is owed a turn any more.
+                    store::clear_wakes(w.conn(), &key)?;
+                    Ok(Some((seq, claim.time_suspended.is_some())))
                 })
                 .await?;
-            this.execution().interrupt(&id, fence).await
+            crate::crash::point(crate::crash::AFTER_INTERRUPT_REQUEST);
+            match (
+                this.execution().interrupt(&id, request.map(|r| r.0)).await,
+                request,
+            ) {
+                (Err(Error::ShuttingDown), Some((seq, claimed))) => {
+                    log::info!(
+                        "session {id}: interrupt request {seq} committed during shutdown; \
+                         the next boot records it"
+                    );
+                    Ok(claimed)
+                }
+                (answer, _) => answer,
+            }
         })
         .await
         .map_err(|e| {

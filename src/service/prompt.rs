@@ -109,12 +109,17 @@ fn conflict(session_id: SessionId, message_id: &MessageId) -> Error {
 /// The check-and-admit of one prompt, inside one write request. Rejections return before
 /// anything is written; a conflict raised by the admission's own projection is returned as
 /// [`StoreError::Conflict`] so that the request's savepoint rolls back.
+///
+/// With `resume`, the input is marked as owed a turn in the same transaction (an exact retry
+/// marks a pending, unfenced input too): the acknowledgement is then a durable promise that a
+/// turn runs for it, even if the process dies before the wake reaches the session.
 fn admit_once(
     w: &mut WriteCtx<'_>,
     session: &SessionId,
     id: &MessageId,
     prompt: &Value,
     delivery: Delivery,
+    resume: bool,
 ) -> Result<Result<Admission>, StoreError> {
     let conn = w.conn();
     if !store::session_exists(conn, session)? {
@@ -123,16 +128,23 @@ fn admit_once(
         }));
     }
     if let Some(stored) = store::get_input(conn, id)? {
-        return Ok(if equivalent(&stored, session, prompt, delivery) {
-            Ok(stored)
-        } else {
-            Err(conflict(stored.session_id, id))
-        });
+        if !equivalent(&stored, session, prompt, delivery) {
+            return Ok(Err(conflict(stored.session_id, id)));
+        }
+        let fenced = store::latest_interrupt_seq(conn, session)?
+            .is_some_and(|fence| stored.admitted_seq <= fence);
+        if resume && stored.promoted_seq.is_none() && !fenced {
+            store::mark_wake(conn, id)?;
+        }
+        return Ok(Ok(stored));
     }
     if let Some(owner) = store::transcript_owner(conn, id)? {
         return Ok(Err(conflict(owner, id)));
     }
     let (admission, event) = store::admit(conn, session, id, prompt, delivery, store::now_ms())?;
+    if resume {
+        store::mark_wake(conn, id)?;
+    }
     if event.is_some() {
         crate::crash::point(crate::crash::DURING_ADMISSION);
     }
@@ -186,13 +198,14 @@ impl Sessions {
         let admission = self
             .core
             .persistence
-            .write(move |w| admit_once(w, &session, &message, &prompt, delivery))
+            .write(move |w| admit_once(w, &session, &message, &prompt, delivery, resume))
             .await
             .map_err(|e| match e {
                 StoreError::Conflict(_) => conflict(session_id.clone(), &message_id),
                 other => Error::Store(other),
             })??;
         if resume {
+            crate::crash::point(crate::crash::AFTER_ADMISSION_BEFORE_WAKE);
             let woken = self
                 .execution()
                 .wake(&admission.session_id, Some(admission.admitted_seq))
@@ -229,7 +242,24 @@ impl Sessions {
                 }
                 store::delete_projections(conn, &key)?;
                 let mut events = 0;
+                // The claim of the turn being replayed, to mark the prompts of a turn a user
+                // interrupted (the claim itself is execution state and is left as it is).
+                let mut claim = None;
                 for event in store::events_after(conn, &key, None, usize::MAX)? {
+                    match event.kind.as_str() {
+                        kind::EXECUTION_STARTED => {
+                            claim.get_or_insert(event.seq);
+                        }
+                        kind::EXECUTION_SUCCEEDED | kind::EXECUTION_FAILED => claim = None,
+                        kind::EXECUTION_INTERRUPTED => {
+                            if event.data["reason"] != "shutdown" {
+                                if let Some(seq) = claim.take() {
+                                    store::mark_interrupted(conn, &key, seq)?;
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
                     if INBOX_AND_TRANSCRIPT.contains(&event.kind.as_str()) {
                         store::project(conn, &event)?;
                         events += 1;

@@ -22,9 +22,10 @@ pub(crate) struct Wake {
 pub(crate) struct Resume {
     /// Receives how the joined turn ended.
     pub(crate) reply: oneshot::Sender<Result<Terminal, Error>>,
-    /// The restart sweep already committed the claim (`session.execution.started`) of this
-    /// turn: if the resume starts a turn, it goes straight to the drain.
-    pub(crate) claimed: bool,
+    /// Set by the restart sweep, which already committed the claim (`session.execution.started`)
+    /// of this turn: if the resume starts a turn, it goes straight to the drain, whose cause is
+    /// this recovery.
+    pub(crate) recovery: Option<std::sync::Arc<crate::turn::Resumption>>,
 }
 
 /// Interrupt the running turn.

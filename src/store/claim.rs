@@ -4,30 +4,33 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::{session_id, StoreError};
+use super::{seq_param, session_id, StoreError};
 use crate::id::SessionId;
 use crate::model::ClaimState;
 
-/// Claims `id` for a turn started by process boot `boot`. The first claim's time and the attempt
-/// count survive a second claim; `claim_boot` is always updated. Returns whether the row exists.
+/// Claims `id` for a turn started by process boot `boot` with the event at `seq`. The first
+/// claim's time, seq (`claim_seq`) and the attempt count survive a second claim (a resumed
+/// attempt of the same turn); `claim_boot` is always updated. Returns whether the row exists.
 pub(crate) fn claim(
     conn: &Connection,
     id: &SessionId,
     now: i64,
+    seq: u64,
     boot: &str,
 ) -> Result<bool, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), claim_boot = ?3 \
-         WHERE id = ?1",
+        "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), \
+         claim_seq = CASE WHEN time_suspended IS NULL THEN ?4 ELSE COALESCE(claim_seq, ?4) END, \
+         claim_boot = ?3 WHERE id = ?1",
     )?;
-    Ok(stmt.execute(rusqlite::params![id.as_str(), now, boot])? > 0)
+    Ok(stmt.execute(rusqlite::params![id.as_str(), now, boot, seq_param(seq)])? > 0)
 }
 
 /// Releases the claim on `id` and resets its resume attempts. Returns whether the row exists.
 pub(crate) fn release(conn: &Connection, id: &SessionId) -> Result<bool, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL \
-         WHERE id = ?1",
+        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
+         claim_seq = NULL WHERE id = ?1",
     )?;
     Ok(stmt.execute([id.as_str()])? > 0)
 }
@@ -53,6 +56,17 @@ pub(crate) fn count_resume(
         .optional()?)
 }
 
+/// Counts one resume attempt of `id` when it holds no claim (the restart sweep adopting a
+/// session owed a turn) and returns the new count; `None` when the session is gone or claimed
+/// (a turn of this process, or a concurrent sweep, took it since it was listed).
+pub(crate) fn count_adoption(conn: &Connection, id: &SessionId) -> Result<Option<u32>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session SET resume_attempts = resume_attempts + 1 \
+         WHERE id = ?1 AND time_suspended IS NULL RETURNING resume_attempts",
+    )?;
+    Ok(stmt.query_row([id.as_str()], |row| row.get(0)).optional()?)
+}
+
 /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot` (a
 /// claim without a boot is never excluded).
 pub(crate) fn list_suspended(
@@ -75,8 +89,8 @@ pub(crate) fn list_suspended(
 /// many claims were released.
 pub(crate) fn release_child_claims(conn: &Connection) -> Result<usize, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL \
-         WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL",
+        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
+         claim_seq = NULL WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL",
     )?;
     Ok(stmt.execute([])?)
 }
@@ -112,9 +126,9 @@ mod tests {
         let db = test_db()?;
         let conn = &db.conn;
         create(conn, "a", None, 100)?;
-        assert!(claim(conn, &sid("a"), 1_000, "boot-1")?);
+        assert!(claim(conn, &sid("a"), 1_000, 1, "boot-1")?);
         count_resume(conn, &sid("a"), "boot-2")?;
-        assert!(claim(conn, &sid("a"), 2_000, "boot-2")?);
+        assert!(claim(conn, &sid("a"), 2_000, 1, "boot-2")?);
         let state = claim_state(conn, &sid("a"))?.expect("stored");
         assert_eq!(
             state,
@@ -132,7 +146,7 @@ mod tests {
     #[test]
     fn claim_of_a_missing_session_reports_false() -> Result<(), StoreError> {
         let db = test_db()?;
-        assert!(!claim(&db.conn, &sid("ghost"), 1, "b")?);
+        assert!(!claim(&db.conn, &sid("ghost"), 1, 1, "b")?);
         assert!(!release(&db.conn, &sid("ghost"))?);
         assert_eq!(claim_state(&db.conn, &sid("ghost"))?, None);
         Ok(())
@@ -143,7 +157,7 @@ mod tests {
         let db = test_db()?;
         let conn = &db.conn;
         create(conn, "a", None, 100)?;
-        claim(conn, &sid("a"), 1_000, "boot")?;
+        claim(conn, &sid("a"), 1_000, 1, "boot")?;
         count_resume(conn, &sid("a"), "boot-2")?;
         count_resume(conn, &sid("a"), "boot-3")?;
         assert!(release(conn, &sid("a"))?);
@@ -168,7 +182,7 @@ mod tests {
         let db = test_db()?;
         let conn = &db.conn;
         create(conn, "a", None, 100)?;
-        claim(conn, &sid("a"), 1_000, "boot")?;
+        claim(conn, &sid("a"), 1_000, 1, "boot")?;
         assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, Some(1));
         assert_eq!(count_resume(conn, &sid("a"), "boot-3")?, Some(2));
         assert_eq!(count_resume(conn, &sid("a"), "boot-4")?, Some(3));
@@ -185,7 +199,7 @@ mod tests {
         let db = test_db()?;
         let conn = &db.conn;
         create(conn, "a", None, 100)?;
-        claim(conn, &sid("a"), 1_000, "crashed")?;
+        claim(conn, &sid("a"), 1_000, 1, "crashed")?;
         assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, Some(1));
         // A second count in the same boot (a concurrent sweep) finds the claim taken.
         assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, None);
@@ -215,10 +229,10 @@ mod tests {
         ] {
             create(conn, id, parent, 100)?;
         }
-        claim(conn, &sid("old"), 10, "boot-old")?;
-        claim(conn, &sid("mine"), 20, "boot-now")?;
-        claim(conn, &sid("child"), 30, "boot-old")?;
-        claim(conn, &sid("anon"), 40, "boot-old")?;
+        claim(conn, &sid("old"), 10, 1, "boot-old")?;
+        claim(conn, &sid("mine"), 20, 1, "boot-now")?;
+        claim(conn, &sid("child"), 30, 1, "boot-old")?;
+        claim(conn, &sid("anon"), 40, 1, "boot-old")?;
         conn.execute("UPDATE session SET claim_boot = NULL WHERE id = 'anon'", [])?;
 
         let all = list_suspended(conn, None)?;
@@ -235,8 +249,8 @@ mod tests {
         create(conn, "parent", None, 100)?;
         create(conn, "busy-child", Some("parent"), 100)?;
         create(conn, "idle-child", Some("parent"), 100)?;
-        claim(conn, &sid("parent"), 10, "b")?;
-        claim(conn, &sid("busy-child"), 10, "b")?;
+        claim(conn, &sid("parent"), 10, 1, "b")?;
+        claim(conn, &sid("busy-child"), 10, 1, "b")?;
         count_resume(conn, &sid("busy-child"), "b2")?;
 
         assert_eq!(release_child_claims(conn)?, 1);

@@ -3,6 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
+use super::recovery::{claim_seq, mark_interrupted};
 use super::{
     claim, get_opt_seq, get_seq, input, json_text, json_value, limit_param, message, release,
     seq_param, session, session_id, StoreError,
@@ -95,7 +96,7 @@ pub(crate) fn project(conn: &Connection, ev: &EventRecord) -> Result<(), StoreEr
         }
         kind::EXECUTION_STARTED => {
             let boot = ev.data.get("boot").and_then(Value::as_str).unwrap_or("");
-            claim(conn, &ev.session_id, ev.time, boot).map(drop)
+            claim(conn, &ev.session_id, ev.time, ev.seq, boot).map(drop)
         }
         kind::EXECUTION_SUCCEEDED | kind::EXECUTION_FAILED => {
             release(conn, &ev.session_id).map(drop)
@@ -104,6 +105,10 @@ pub(crate) fn project(conn: &Connection, ev: &EventRecord) -> Result<(), StoreEr
             if ev.data.get("reason").and_then(Value::as_str) == Some("shutdown") {
                 Ok(())
             } else {
+                // The prompts this turn promoted were interrupted with it.
+                if let Some(claim) = claim_seq(conn, &ev.session_id)? {
+                    mark_interrupted(conn, &ev.session_id, claim)?;
+                }
                 release(conn, &ev.session_id).map(drop)
             }
         }

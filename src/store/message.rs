@@ -25,10 +25,11 @@ struct MessageRow {
     seq: u64,
     data: String,
     time_created: i64,
+    interrupted: bool,
 }
 
 impl MessageRow {
-    /// Reads the columns of `message_columns!()` in order.
+    /// Reads the columns of `message_columns!()`, then `interrupted`, in order.
     fn read(row: &Row<'_>) -> rusqlite::Result<Self> {
         Ok(Self {
             id: row.get(0)?,
@@ -37,6 +38,7 @@ impl MessageRow {
             seq: get_seq(row, 3)?,
             data: row.get(4)?,
             time_created: row.get(5)?,
+            interrupted: row.get(6)?,
         })
     }
 
@@ -49,6 +51,7 @@ impl MessageRow {
             seq: self.seq,
             data: json_value(&self.data)?,
             time_created: self.time_created,
+            interrupted: self.interrupted,
         })
     }
 }
@@ -109,6 +112,7 @@ pub(crate) fn get_message(
     let mut stmt = conn.prepare_cached(concat!(
         "SELECT ",
         message_columns!(),
+        ", interrupted",
         " FROM session_message WHERE id = ?1 AND session_id = ?2"
     ))?;
     let row = stmt
@@ -158,11 +162,13 @@ pub(crate) fn messages(
                 Order::Asc => concat!(
                     "SELECT ",
                     message_columns!(),
+                    ", interrupted",
                     " FROM session_message WHERE session_id = ?1 ORDER BY seq ASC LIMIT ?2"
                 ),
                 Order::Desc => concat!(
                     "SELECT ",
                     message_columns!(),
+                    ", interrupted",
                     " FROM session_message WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2"
                 ),
             };
@@ -176,12 +182,14 @@ pub(crate) fn messages(
                 Order::Asc => concat!(
                     "SELECT ",
                     message_columns!(),
+                    ", interrupted",
                     " FROM session_message WHERE session_id = ?1 AND seq > ?3 \
                      ORDER BY seq ASC LIMIT ?2"
                 ),
                 Order::Desc => concat!(
                     "SELECT ",
                     message_columns!(),
+                    ", interrupted",
                     " FROM session_message WHERE session_id = ?1 AND seq < ?3 \
                      ORDER BY seq DESC LIMIT ?2"
                 ),
@@ -280,6 +288,7 @@ mod tests {
             seq: event.seq,
             data,
             time_created: 42,
+            interrupted: false,
         };
         assert_eq!(get_message(&db.conn, &sid("s"), &mid("m"))?, Some(expected));
         Ok(())

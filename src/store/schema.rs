@@ -89,8 +89,31 @@ CREATE INDEX event_interrupt ON event(aggregate_id, seq)
     WHERE type = 'session.interrupt.requested';
 ";
 
+/// Version 3: what recovery needs to keep the contract for acknowledged and interrupted work.
+///
+/// - `session.claim_seq`: the seq of the `session.execution.started` event that took the claim
+///   (kept across resume attempts), so recovery knows which inputs the claimed turn promoted
+///   and whether a durable interrupt request came after it. Claims left by version 2 get their
+///   latest `execution.started`.
+/// - `session_input.wake`: the admission asked for a wake (`resume`) and no turn has had the
+///   chance to serve it yet; the restart sweep adopts sessions holding such inputs, so an
+///   acknowledged prompt runs even when the process died before its wake. Inputs admitted
+///   before this version are left unmarked (whether they asked for a wake is not recorded).
+/// - `session_message.interrupted`: a user interrupted the turn that promoted this prompt.
+const V3: &str = r"
+ALTER TABLE session ADD COLUMN claim_seq INTEGER NULL;
+UPDATE session SET claim_seq = (
+    SELECT MAX(seq) FROM event
+    WHERE aggregate_id = session.id AND type = 'session.execution.started'
+) WHERE time_suspended IS NOT NULL;
+ALTER TABLE session_input ADD COLUMN wake INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX session_input_wake ON session_input(session_id)
+    WHERE promoted_seq IS NULL AND wake = 1;
+ALTER TABLE session_message ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;
+";
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -1,0 +1,304 @@
+//! What recovery needs beyond the claim itself: the durable wake marks of admitted prompts, the
+//! seq a claim was taken at, the inputs a claimed turn served, the interrupt marks of the
+//! transcript, and the next queued prompt once a turn settles.
+//!
+//! A pending input's `wake` mark means "a caller was told this prompt will run, and no turn has
+//! had the chance to serve it yet". It is set in the admission's own transaction, so a process
+//! killed between the admission and its wake still leaves the intent on disk; the restart sweep
+//! adopts sessions holding marked inputs ([`adoptable`]). The mark is dropped when an interrupt
+//! fences the input ([`clear_wakes`]), and when a turn that claimed after the admission settles
+//! without scheduling another ([`settle`]).
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::{get_opt_seq, input, seq_param, session_id, StoreError};
+use crate::id::{MessageId, SessionId};
+use crate::model::Admission;
+
+/// Marks the pending input `id` as owed a turn. A no-op for a promoted input.
+pub(crate) fn mark_wake(conn: &Connection, id: &MessageId) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session_input SET wake = 1 WHERE id = ?1 AND promoted_seq IS NULL AND wake = 0",
+    )?;
+    stmt.execute([id.as_str()])?;
+    Ok(())
+}
+
+/// Drops the wake marks of every pending input of `session` (an interrupt fenced them).
+pub(crate) fn clear_wakes(conn: &Connection, session: &SessionId) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session_input SET wake = 0 \
+         WHERE session_id = ?1 AND promoted_seq IS NULL AND wake = 1",
+    )?;
+    stmt.execute([session.as_str()])?;
+    Ok(())
+}
+
+/// The seq of the `session.execution.started` event that took `session`'s claim, if claimed.
+pub(crate) fn claim_seq(conn: &Connection, session: &SessionId) -> Result<Option<u64>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT claim_seq FROM session WHERE id = ?1")?;
+    Ok(stmt
+        .query_row([session.as_str()], |row| get_opt_seq(row, 0))
+        .optional()?
+        .flatten())
+}
+
+/// Marks the `user` messages of `session` promoted after `claim` as interrupted by a user.
+pub(crate) fn mark_interrupted(
+    conn: &Connection,
+    session: &SessionId,
+    claim: u64,
+) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session_message SET interrupted = 1 \
+         WHERE session_id = ?1 AND type = 'user' AND seq > ?2 AND interrupted = 0",
+    )?;
+    stmt.execute(rusqlite::params![session.as_str(), seq_param(claim)])?;
+    Ok(())
+}
+
+/// Top-level sessions holding no claim whose pending inputs are owed a turn, in id order.
+pub(crate) fn adoptable(conn: &Connection) -> Result<Vec<SessionId>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT DISTINCT i.session_id FROM session_input i JOIN session s ON s.id = i.session_id \
+         WHERE i.promoted_seq IS NULL AND i.wake = 1 \
+           AND s.time_suspended IS NULL AND s.parent_id IS NULL \
+         ORDER BY i.session_id",
+    )?;
+    let ids = stmt
+        .query_map([], |row| row.get::<_, String>(0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    ids.into_iter().map(session_id).collect()
+}
+
+/// Whether `session` holds a pending input owed a turn.
+pub(crate) fn owes_turn(conn: &Connection, session: &SessionId) -> Result<bool, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM session_input \
+         WHERE session_id = ?1 AND promoted_seq IS NULL AND wake = 1)",
+    )?;
+    Ok(stmt.query_row([session.as_str()], |row| row.get(0))?)
+}
+
+/// The inputs the turn claimed at `claim` promoted, in promotion order, less those a user
+/// interrupted: when the latest interrupt request (`fence`) came after the claim, only inputs
+/// admitted after it are served (the turn went on for newer work); otherwise all of them.
+pub(crate) fn served_inputs(
+    conn: &Connection,
+    session: &SessionId,
+    claim: u64,
+    fence: Option<u64>,
+) -> Result<Vec<Admission>, StoreError> {
+    let floor = match fence {
+        Some(fence) if fence > claim => Some(fence),
+        _ => None,
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT m.id FROM session_message m JOIN session_input i ON i.id = m.id \
+         WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > ?2 AND i.admitted_seq > ?3 \
+         ORDER BY m.seq",
+    )?;
+    let ids = stmt
+        .query_map(
+            rusqlite::params![
+                session.as_str(),
+                seq_param(claim),
+                floor.map_or(-1, seq_param)
+            ],
+            |row| row.get::<_, String>(0),
+        )?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut served = Vec::with_capacity(ids.len());
+    for id in ids {
+        let id = super::message_id(id)?;
+        if let Some(admission) = input::get_input(conn, &id)? {
+            served.push(admission);
+        }
+    }
+    Ok(served)
+}
+
+/// Run in the transaction that records the terminal of `session`'s turn (before it, while the
+/// claim is still held): returns the admission seq of the oldest pending, unfenced `queue`
+/// input when the turn made progress (promoted at least one prompt), so that the session runs
+/// the next queued prompt in a turn of its own. Otherwise no further turn is scheduled for the
+/// inputs that were pending when this turn claimed, so their wake marks are dropped: the turn
+/// had its chance to serve them.
+pub(crate) fn settle(conn: &Connection, session: &SessionId) -> Result<Option<u64>, StoreError> {
+    let mut next = conn.prepare_cached(
+        "SELECT MIN(admitted_seq) FROM session_input \
+         WHERE session_id = ?1 AND promoted_seq IS NULL AND delivery = 'queue' \
+           AND admitted_seq > COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1 \
+                AND type = 'session.interrupt.requested'), -1)",
+    )?;
+    let queued = next.query_row([session.as_str()], |row| get_opt_seq(row, 0))?;
+    if let Some(queued) = queued {
+        let mut progress = conn.prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM session_message m JOIN session s ON s.id = m.session_id \
+             WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > s.claim_seq)",
+        )?;
+        if progress.query_row([session.as_str()], |row| row.get::<_, bool>(0))? {
+            return Ok(Some(queued));
+        }
+    }
+    let mut clear = conn.prepare_cached(
+        "UPDATE session_input SET wake = 0 \
+         WHERE session_id = ?1 AND promoted_seq IS NULL AND wake = 1 \
+           AND admitted_seq < (SELECT claim_seq FROM session WHERE id = ?1)",
+    )?;
+    clear.execute([session.as_str()])?;
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::event::kind;
+    use crate::model::Delivery;
+    use crate::store::test_support::{create, mid, sid, test_db};
+    use crate::store::{admit, promote_queue, promote_steer, publish};
+
+    fn started(conn: &Connection, s: &SessionId) -> Result<u64, StoreError> {
+        Ok(publish(conn, s, kind::EXECUTION_STARTED, &json!({ "boot": "b" }), 1)?.seq)
+    }
+
+    #[test]
+    fn wake_marks_are_adopted_until_fenced_or_claimed() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?;
+        create(conn, "quiet", None, 1)?;
+        create(conn, "child", Some("s"), 1)?;
+        admit(conn, &s, &mid("p1"), &json!("one"), Delivery::Steer, 2)?;
+        admit(
+            conn,
+            &sid("quiet"),
+            &mid("q"),
+            &json!("q"),
+            Delivery::Steer,
+            2,
+        )?;
+        admit(
+            conn,
+            &sid("child"),
+            &mid("c"),
+            &json!("c"),
+            Delivery::Steer,
+            2,
+        )?;
+        assert!(adoptable(conn)?.is_empty(), "admitted without resume");
+        mark_wake(conn, &mid("p1"))?;
+        mark_wake(conn, &mid("c"))?;
+        assert_eq!(
+            adoptable(conn)?,
+            vec![s.clone()],
+            "children are not adopted"
+        );
+        assert!(owes_turn(conn, &s)?);
+        started(conn, &s)?;
+        assert!(
+            adoptable(conn)?.is_empty(),
+            "a claimed session is swept as a claim"
+        );
+        publish(conn, &s, kind::EXECUTION_SUCCEEDED, &json!({}), 3)?;
+        assert_eq!(adoptable(conn)?, vec![s.clone()]);
+        clear_wakes(conn, &s)?;
+        assert!(adoptable(conn)?.is_empty());
+        assert!(!owes_turn(conn, &s)?);
+        Ok(())
+    }
+
+    #[test]
+    fn a_claim_keeps_its_first_seq_across_resumed_attempts() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?;
+        assert_eq!(claim_seq(conn, &s)?, None);
+        let first = started(conn, &s)?;
+        started(conn, &s)?;
+        assert_eq!(claim_seq(conn, &s)?, Some(first));
+        publish(conn, &s, kind::EXECUTION_FAILED, &json!({}), 2)?;
+        assert_eq!(claim_seq(conn, &s)?, None);
+        let next = started(conn, &s)?;
+        assert_eq!(claim_seq(conn, &s)?, Some(next));
+        Ok(())
+    }
+
+    #[test]
+    fn served_inputs_skip_earlier_turns_and_interrupted_work() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?;
+        admit(conn, &s, &mid("old"), &json!("old"), Delivery::Steer, 2)?;
+        started(conn, &s)?;
+        promote_steer(conn, &s, None, 3)?;
+        publish(conn, &s, kind::EXECUTION_SUCCEEDED, &json!({}), 3)?;
+        admit(conn, &s, &mid("a"), &json!("a"), Delivery::Steer, 4)?;
+        let claim = started(conn, &s)?;
+        promote_steer(conn, &s, None, 5)?;
+        let ids = |v: Vec<Admission>| v.into_iter().map(|a| a.id.to_string()).collect::<Vec<_>>();
+        assert_eq!(ids(served_inputs(conn, &s, claim, None)?), ["a"]);
+        let fence = publish(conn, &s, kind::INTERRUPT_REQUESTED, &json!({}), 6)?.seq;
+        assert!(ids(served_inputs(conn, &s, claim, Some(fence))?).is_empty());
+        admit(conn, &s, &mid("b"), &json!("b"), Delivery::Queue, 7)?;
+        promote_queue(conn, &s, 8)?;
+        assert_eq!(ids(served_inputs(conn, &s, claim, Some(fence))?), ["b"]);
+        Ok(())
+    }
+
+    #[test]
+    fn settle_schedules_the_next_queued_prompt_only_after_progress() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?;
+        started(conn, &s)?;
+        let q1 = admit(conn, &s, &mid("q1"), &json!("1"), Delivery::Queue, 2)?.0;
+        let q2 = admit(conn, &s, &mid("q2"), &json!("2"), Delivery::Queue, 2)?.0;
+        mark_wake(conn, &q1.id)?;
+        mark_wake(conn, &q2.id)?;
+        // Nothing promoted yet: no progress, no continuation; the wakes came after the claim.
+        assert_eq!(settle(conn, &s)?, None);
+        assert!(owes_turn(conn, &s)?);
+        promote_queue(conn, &s, 3)?;
+        assert_eq!(settle(conn, &s)?, Some(q2.admitted_seq));
+        publish(conn, &s, kind::EXECUTION_SUCCEEDED, &json!({}), 4)?;
+        // The next turn claims after both admissions and promotes nothing: the mark is dropped.
+        started(conn, &s)?;
+        assert_eq!(settle(conn, &s)?, None);
+        assert!(!owes_turn(conn, &s)?);
+        // A fenced queue input is never scheduled.
+        publish(conn, &s, kind::INTERRUPT_REQUESTED, &json!({}), 5)?;
+        promote_steer(conn, &s, None, 5)?;
+        assert_eq!(settle(conn, &s)?, None);
+        Ok(())
+    }
+
+    #[test]
+    fn a_user_interrupt_marks_the_turns_prompts() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?;
+        admit(conn, &s, &mid("done"), &json!("d"), Delivery::Steer, 2)?;
+        started(conn, &s)?;
+        promote_steer(conn, &s, None, 3)?;
+        publish(conn, &s, kind::EXECUTION_SUCCEEDED, &json!({}), 3)?;
+        admit(conn, &s, &mid("cut"), &json!("c"), Delivery::Steer, 4)?;
+        started(conn, &s)?;
+        promote_steer(conn, &s, None, 5)?;
+        let reason = json!({ "reason": "user" });
+        publish(conn, &s, kind::EXECUTION_INTERRUPTED, &reason, 6)?;
+        let marked: Vec<(String, bool)> = conn
+            .prepare("SELECT id, interrupted FROM session_message ORDER BY seq")?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        assert_eq!(marked, [("done".into(), false), ("cut".into(), true)]);
+        Ok(())
+    }
+}
