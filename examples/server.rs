@@ -7,10 +7,11 @@
 //! ```
 //!
 //! The echo agent, for every drain: promotes the pending `steer` prompts, then the oldest
-//! pending `queue` prompt; then answers them word by word. A *forced* drain (the restart
-//! sweep's resume, or `POST /sessions/{id}/resume`) also answers every user message of the
-//! transcript that has no assistant reply yet; an advisory one (a prompt's wake) does not, so
-//! a prompt whose reply a user interrupted stays unanswered. Each word is an `agent.delta` event
+//! pending `queue` prompt (one per turn: the runtime runs the next queued prompt in a turn of
+//! its own); then answers what it promoted, word by word. A turn the restart sweep resumed
+//! also answers the prompts its resumption names (`Turn::resumption`: what the killed attempt
+//! promoted and had not answered), and nothing else: a prompt whose reply a user interrupted
+//! stays unanswered, across restarts and explicit resumes. Each word is an `agent.delta` event
 //! (`{"reply_to", "index", "word"}`) published after `--word-delay-ms`; the finished reply is
 //! appended **once** to the transcript as an `assistant` message (`{"text", "reply_to"}`), so the
 //! transcript never holds half a reply. Steer prompts that arrive while it replies are answered
@@ -18,9 +19,11 @@
 //!
 //! Resuming: if the process dies mid-reply, the prompt is already in the transcript (it was
 //! promoted by the killed turn) but has no reply. At the next boot the restart sweep publishes
-//! the `session.synthetic` continue notice and resumes the turn (forced); the agent finds the
-//! unanswered message, publishes `agent.continuing` (`{"reply_to", "text"}`) and replies from
-//! the first word again (the deltas of the killed attempt were progress, not transcript).
+//! the `session.synthetic` continue notice and resumes the turn; its resumption names the
+//! prompt, so the agent publishes `agent.continuing` (`{"reply_to", "text"}`) and replies from
+//! the first word again (the deltas of the killed attempt were progress, not transcript). A
+//! prompt acknowledged (202) just before the kill, whose turn never started, is run by the
+//! sweep the same way, without the client sending it again.
 //!
 //! Ctrl-C (SIGINT) or SIGTERM stops the HTTP server, then shuts the runtime down gracefully:
 //! a running turn records `interrupted{shutdown}` and keeps its claim, so the next boot resumes
@@ -33,7 +36,7 @@ use std::time::Duration;
 
 use actix_web::{web, App, HttpServer};
 use durable_sessions::http::{self, HttpOptions};
-use durable_sessions::{Message, MessageId, RunError, Runner, Runtime, Turn};
+use durable_sessions::{Delivery, Message, MessageId, RunError, Runner, Runtime, Turn};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
@@ -166,37 +169,57 @@ impl Runner for EchoAgent {
     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
         let delay = self.word_delay;
         async move {
-            let mut promoted: HashSet<MessageId> = HashSet::new();
-            let mut first = true;
+            // A turn resumed after a restart finishes exactly what the killed attempt had
+            // promoted and not answered, as the resumption says: never a prompt an earlier turn
+            // answered, never one a user interrupted. Anything else is answered only by the
+            // drain that promotes it, so an explicit resume (`POST /resume`) answers only what
+            // is pending, and a prompt whose reply a user interrupted stays unanswered.
+            let inputs = turn.resumption().map_or(&[][..], |r| r.inputs.as_slice());
+            // One queued prompt per turn: a turn resuming one promotes no other.
+            let mut first = !inputs.iter().any(|a| a.delivery == Delivery::Queue);
+            let mut resumed: Vec<MessageId> = inputs.iter().map(|a| a.id.clone()).collect();
             loop {
-                promoted.extend(turn.promote_steer(None).await?.into_iter().map(|a| a.id));
+                let mut promoted: Vec<MessageId> = turn
+                    .promote_steer(None)
+                    .await?
+                    .into_iter()
+                    .map(|a| a.id)
+                    .collect();
                 if std::mem::take(&mut first) {
+                    // One queued prompt per turn: the runtime starts the next turn for the next.
                     promoted.extend(turn.promote_queue().await?.map(|a| a.id));
                 }
-                // A forced turn (the restart sweep's resume, or `POST /resume`) also finishes
-                // what earlier turns left unanswered; an advisory wake answers only what it
-                // promoted, so a prompt whose reply a user interrupted stays unanswered.
                 let transcript = turn.context().await?;
-                let todo: Vec<(MessageId, String)> = unanswered(&transcript)
-                    .into_iter()
-                    .filter(|m| turn.is_forced() || promoted.contains(&m.id))
-                    .map(|m| (m.id.clone(), prompt_text(m)))
-                    .collect();
+                let open: Vec<&Message> = unanswered(&transcript);
+                let text_of = |id: &MessageId| {
+                    open.iter()
+                        .find(|m| &m.id == id && !m.interrupted)
+                        .map(|m| prompt_text(m))
+                };
+                let mut todo: Vec<(MessageId, String, bool)> = Vec::new();
+                for id in std::mem::take(&mut resumed) {
+                    if let Some(text) = text_of(&id) {
+                        todo.push((id, text, true));
+                    }
+                }
+                for id in promoted {
+                    if let Some(text) = text_of(&id) {
+                        todo.push((id, text, false));
+                    }
+                }
                 if todo.is_empty() {
                     return Ok(());
                 }
-                for (id, text) in todo {
-                    if !promoted.contains(&id) {
-                        // Promoted by an earlier turn that ended (or died) before replying.
+                for (id, text, continuing) in todo {
+                    if continuing {
                         turn.publish(
                             "agent.continuing",
                             json!({
                                 "reply_to": id,
-                                "text": "An earlier turn ended before answering this; answering it now.",
+                                "text": "The server restarted before this was answered; answering it now.",
                             }),
                         )
                         .await?;
-                        promoted.insert(id.clone());
                     }
                     reply(&turn, &id, &text, delay).await?;
                 }

@@ -296,14 +296,16 @@ pub fn events_of_kind(
 }
 
 /// Marks `session` claimed by an earlier boot with `attempts` resume attempts, as a crashed
-/// process would have left it (for sweep tests).
+/// process would have left it (for sweep tests): the claim is taken at the session's latest
+/// event, as if that were the turn's `session.execution.started`.
 ///
 /// # Errors
 /// When the file cannot be written or the session is missing.
 pub fn seed_claim(path: &Path, session: &SessionId, attempts: u32) -> Result<(), StoreError> {
     let conn = open(path)?;
     let changed = conn.execute(
-        "UPDATE session SET time_suspended = ?2, resume_attempts = ?3, claim_boot = 'seeded' WHERE id = ?1",
+        "UPDATE session SET time_suspended = ?2, resume_attempts = ?3, claim_boot = 'seeded', \
+         claim_seq = (SELECT seq FROM event_sequence WHERE aggregate_id = ?1) WHERE id = ?1",
         rusqlite::params![session.as_str(), store::now_ms(), attempts],
     )?;
     if changed == 0 {

@@ -1093,3 +1093,148 @@ async fn server_example_ctrl_c_keeps_the_turn_for_the_next_boot() {
     assert_eq!(interrupted["data"]["reason"], json!("shutdown"));
     assert_resumed(&api, &seen).await;
 }
+
+/// The README's walkthrough, over HTTP against the server example: prompt A, interrupt it
+/// mid-reply, prompt B, SIGKILL during B's reply, restart. The resumed turn answers B (with
+/// `agent.continuing`) and never A: a reply a user interrupted stays interrupted, across a
+/// crash, and the transcript marks A as interrupted.
+#[actix_rt::test]
+async fn the_readme_walkthrough_never_answers_an_interrupted_prompt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("server.db");
+    let server = ServerProcess::spawn(&db, 300);
+    let api = server.api();
+    let (status, body) = api.post("/sessions", json!({ "id": "demo" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut events = api.events("/sessions/demo/events", None).await;
+    let quick = "the quick brown fox jumps over the lazy dog";
+    let (status, body) = api
+        .post("/sessions/demo/prompt", json!({ "id": "a", "text": quick }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    events.until(|f| is(f, "agent.delta")).await;
+    let (status, body) = api.post("/sessions/demo/interrupt", json!(null)).await;
+    assert_eq!(
+        (status, &body),
+        (StatusCode::OK, &json!({ "interrupted": true }))
+    );
+    let (status, body) = api
+        .post(
+            "/sessions/demo/prompt",
+            json!({ "id": "b", "text": "one two three four five six" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let seen = events
+        .until(|f| {
+            is(f, "agent.delta")
+                && f.data
+                    .as_ref()
+                    .is_some_and(|d| d["data"]["reply_to"] == "b")
+        })
+        .await;
+    drop(events);
+    drop(server); // SIGKILL mid-reply of B
+    let server = ServerProcess::spawn(&db, 5);
+    let api = server.api();
+    let last = seen.last().and_then(|f| f.id).expect("a seq");
+    let mut events = api
+        .events("/sessions/demo/events", Some(&last.to_string()))
+        .await;
+    let after = events.until(|f| is(f, kind::EXECUTION_SUCCEEDED)).await;
+    assert!(after.iter().any(|f| is(f, kind::SYNTHETIC)), "{after:?}");
+    let replied_to = |frames: &[Frame], name: &str| -> Vec<String> {
+        frames
+            .iter()
+            .filter(|f| is(f, name))
+            .filter_map(|f| {
+                f.data.as_ref()?["data"]["reply_to"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    };
+    assert_eq!(replied_to(&after, "agent.continuing"), ["b"], "{after:?}");
+    assert!(
+        replied_to(&after, "agent.delta").iter().all(|to| to == "b"),
+        "only B is answered after the restart: {after:?}"
+    );
+    let messages = transcript(&api, "demo", 3).await;
+    // (type, id of a user message, what an assistant message replies to, interrupted)
+    let summary: Vec<(&str, &str, &str, bool)> = messages
+        .iter()
+        .map(|m| {
+            let user = m["type"] == "user";
+            (
+                m["type"].as_str().unwrap_or_default(),
+                if user {
+                    m["id"].as_str().unwrap_or_default()
+                } else {
+                    ""
+                },
+                m["data"]["reply_to"].as_str().unwrap_or_default(),
+                m["interrupted"] == json!(true),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("user", "a", "", true),
+            ("user", "b", "", false),
+            ("assistant", "", "b", false)
+        ],
+        "{messages:?}"
+    );
+    assert_eq!(
+        messages[2]["data"]["text"],
+        json!("echo: one two three four five six")
+    );
+}
+
+/// `POST /sessions/{id}/resume` after a user interrupt runs a turn that answers nothing: the
+/// interrupted prompt stays unanswered and nothing else is pending.
+#[actix_rt::test]
+async fn an_explicit_resume_after_an_interrupt_answers_nothing_new() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("server.db");
+    let server = ServerProcess::spawn(&db, 200);
+    let api = server.api();
+    let (status, body) = api.post("/sessions", json!({ "id": "demo" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut events = api.events("/sessions/demo/events", None).await;
+    let (status, body) = api
+        .post(
+            "/sessions/demo/prompt",
+            json!({ "id": "a", "text": "one two three four" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    events.until(|f| is(f, "agent.delta")).await;
+    let (status, body) = api.post("/sessions/demo/interrupt", json!(null)).await;
+    assert_eq!(
+        (status, &body),
+        (StatusCode::OK, &json!({ "interrupted": true }))
+    );
+    let interrupted = events.until(|f| is(f, kind::EXECUTION_INTERRUPTED)).await;
+    let (status, body) = api.post("/sessions/demo/resume", json!(null)).await;
+    assert_eq!(
+        (status, &body),
+        (StatusCode::OK, &json!({ "type": "succeeded" }))
+    );
+    let after = events.until(|f| is(f, kind::EXECUTION_SUCCEEDED)).await;
+    assert!(
+        !after.iter().any(|f| is(f, "agent.delta")
+            || is(f, "agent.continuing")
+            || is(f, kind::MESSAGE_APPENDED)),
+        "the resume answered something: {after:?} (before: {interrupted:?})"
+    );
+    let (status, messages) = api.get("/sessions/demo/messages?order=asc").await;
+    assert_eq!(status, StatusCode::OK);
+    let messages = messages.as_array().cloned().unwrap_or_default();
+    assert_eq!(messages.len(), 1, "{messages:?}");
+    assert_eq!(
+        (&messages[0]["id"], &messages[0]["interrupted"]),
+        (&json!("a"), &json!(true))
+    );
+}
