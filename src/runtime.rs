@@ -36,7 +36,8 @@ impl std::fmt::Debug for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// The SQLite file (created when missing). Default `./durable-sessions.db`.
+    /// The SQLite file (created when missing). Default `./durable-sessions.db`. The runtime owns
+    /// it through an exclusive lock on the sidecar file `<path>.lock` (kept on disk).
     pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.database = path.into();
         self
