@@ -30,7 +30,7 @@
 //! it too.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -285,7 +285,27 @@ fn stop_signal() -> std::io::Result<LocalBoxFuture<'static, ()>> {
     .boxed_local())
 }
 
+/// Binds every address `addr` resolves to, as `HttpServer::bind` does (it succeeds when any
+/// binds), so a busy port fails before the runtime touches the database.
+fn listen_on(addr: &str) -> Fallible<Vec<TcpListener>> {
+    let fail = |e: std::io::Error| format!("cannot listen on {addr}: {e}");
+    let mut listeners = Vec::new();
+    let mut error = None;
+    for socket in addr.to_socket_addrs().map_err(fail)? {
+        match TcpListener::bind(socket) {
+            Ok(listener) => listeners.push(listener),
+            Err(e) => error = Some(e),
+        }
+    }
+    match error {
+        Some(e) if listeners.is_empty() => Err(fail(e).into()),
+        None if listeners.is_empty() => Err(format!("cannot listen on {addr}: no address").into()),
+        _ => Ok(listeners),
+    }
+}
+
 async fn run(args: Args) -> Fallible {
+    let listeners = listen_on(&args.addr)?;
     let runtime = Runtime::builder()
         .database(&args.db)
         .runner(EchoAgent {
@@ -297,14 +317,16 @@ async fn run(args: Args) -> Fallible {
         .await?;
     let options = HttpOptions::new().token(args.token.clone());
     let app_runtime = runtime.clone();
-    let server = HttpServer::new(move || {
+    let mut server = HttpServer::new(move || {
         App::new()
             .configure(http::configure(app_runtime.clone(), options.clone()))
             .default_service(web::to(http::not_found))
     })
     .disable_signals() // handled below, so the runtime shuts down after the server
-    .shutdown_timeout(2) // event streams never end on their own
-    .bind(&args.addr)?;
+    .shutdown_timeout(2); // event streams never end on their own
+    for listener in listeners {
+        server = server.listen(listener)?;
+    }
     let addr = server
         .addrs()
         .first()

@@ -1,8 +1,9 @@
 //! [`Core`]: what every part of a running runtime shares.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::config::RuntimeConfig;
+use crate::lock::OwnerLock;
 use crate::persistence::Persistence;
 use crate::registry::Registry;
 use crate::runner::Runner;
@@ -21,6 +22,11 @@ pub(crate) struct Core {
     pub(crate) registry: Registry,
     /// Called after a wave of passivation, with how many actors it stopped.
     pub(crate) after_passivation: Option<AfterPassivation>,
+    /// The lock on `<database>.lock` that makes this runtime the database's only owner. Taken
+    /// before the database was opened; `shutdown` takes it out and releases it once the
+    /// Persistence actor stopped (otherwise it goes when the last handle is dropped, or with the
+    /// process).
+    pub(crate) owner: Mutex<Option<OwnerLock>>,
 }
 
 /// The hook [`crate::RuntimeBuilder::after_passivation`] installs.

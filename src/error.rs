@@ -1,5 +1,7 @@
 //! Errors: [`StoreError`] for the SQLite layer and the umbrella [`Error`] users see.
 
+use std::path::PathBuf;
+
 use crate::id::{MessageId, SessionId};
 
 /// A `Result` whose error defaults to the crate's [`Error`].
@@ -107,6 +109,35 @@ pub enum Error {
     /// A configuration value was out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// Another runtime — in another process, or in this one — owns the database file: it holds
+    /// the lock on `<path>.lock`. Nothing was written.
+    #[error(
+        "database {} is in use by another runtime{}; one process owns a database file",
+        .path.display(),
+        held_by(*.pid)
+    )]
+    DatabaseInUse {
+        /// The database file.
+        path: PathBuf,
+        /// The holder's process id, as it recorded it in the lock file (`None` when it could
+        /// not be read).
+        pid: Option<u32>,
+    },
+    /// The database's lock file (`<database>.lock`) could not be created or locked, e.g.
+    /// because the database's directory does not exist. Nothing was written.
+    #[error("cannot lock the database through {}: {source}", .path.display())]
+    LockFile {
+        /// The lock file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The " (pid N)" part of [`Error::DatabaseInUse`]'s message, when the pid is known.
+fn held_by(pid: Option<u32>) -> String {
+    pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
 }
 
 impl Error {

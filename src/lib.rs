@@ -14,6 +14,7 @@
 //! - `session`: the `SessionActor`, a thin actix shell over the coordinator.
 //! - `registry`: the `RegistryActor` (spawn on demand, supervise, passivate) and the restart sweep.
 //! - `runtime`/`service`: the public handles `Runtime`, `Sessions` and `Execution`.
+//! - `lock`: the exclusive lock on `<database>.lock` that makes one runtime own the database.
 //!
 //! Dependencies point down: service → registry → session → persistence → store.
 #![forbid(unsafe_code)]
@@ -29,6 +30,7 @@ pub mod execution;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+pub(crate) mod lock;
 pub mod model;
 pub(crate) mod persistence;
 pub(crate) mod registry;

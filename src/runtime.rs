@@ -1,7 +1,7 @@
 //! [`Runtime`] and [`RuntimeBuilder`]: open the store, start the actors, run the restart sweep.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, Arbiter};
@@ -12,6 +12,7 @@ use crate::core::{AfterPassivation, Core};
 use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
+use crate::lock::OwnerLock;
 use crate::persistence::{Persistence, PersistenceStats};
 use crate::registry::sweep::{self, SweepReport};
 use crate::registry::{Ready, Registry, RegistryActor, RegistryStats, StopSupervisor};
@@ -35,7 +36,8 @@ impl std::fmt::Debug for RuntimeBuilder {
 }
 
 impl RuntimeBuilder {
-    /// The SQLite file (created when missing). Default `./durable-sessions.db`.
+    /// The SQLite file (created when missing). Default `./durable-sessions.db`. The runtime owns
+    /// it through an exclusive lock on the sidecar file `<path>.lock` (kept on disk).
     pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.database = path.into();
         self
@@ -124,19 +126,26 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Opens (and migrates) the database, starts the Persistence actor, the arbiters and the
-    /// registry, and — unless disabled — runs the restart sweep. Must run inside an actix
-    /// `System`.
+    /// Takes the exclusive lock on `<database>.lock` (held until [`Runtime::shutdown`], or the
+    /// process's end), opens (and migrates) the database, starts the Persistence actor, the
+    /// arbiters and the registry, and — unless disabled — runs the restart sweep. Must run inside
+    /// an actix `System`.
     ///
     /// # Errors
-    /// [`Error::Config`] for a bad configuration or a missing runner; [`Error::Store`] when the
-    /// database cannot be opened, is corrupt or is newer than this crate.
+    /// [`Error::Config`] for a bad configuration, a missing runner or an in-memory database;
+    /// [`Error::DatabaseInUse`] when another runtime, in any process, owns the database, and
+    /// [`Error::LockFile`] when its lock file cannot be created (e.g. a missing directory) —
+    /// both before anything is written; [`Error::Store`] when the database cannot be opened, is
+    /// corrupt or is newer than this crate.
     pub async fn start(self) -> Result<Runtime> {
         let config = self.config;
         config.validate()?;
         let runner = self
             .runner
             .ok_or_else(|| Error::Config("a runner is required".into()))?;
+        // Before anything opens the database: a second runtime must not migrate it, nor sweep
+        // the claims of the live one.
+        let owner = OwnerLock::acquire(&config.database)?;
         let store_config = StoreConfig {
             synchronous: config.synchronous,
             busy_timeout: config.busy_timeout,
@@ -156,6 +165,7 @@ impl RuntimeBuilder {
             config,
             registry,
             after_passivation: self.after_passivation,
+            owner: Mutex::new(Some(owner)),
         });
         let supervisor = RegistryActor::new(core.clone()).start();
         // Wait until the supervisor runs, so a runtime shut down right after `start` never has
@@ -291,7 +301,8 @@ impl Runtime {
     /// Graceful stop: refuses new work, cancels every running drain with reason `shutdown`
     /// (recording `interrupted{shutdown}` best-effort and **keeping every claim and attempt
     /// counter** so the next boot resumes those turns), waits at most the configured grace
-    /// period, then stops the arbiters and the Persistence actor.
+    /// period, then stops the arbiters and the Persistence actor, and releases the database's
+    /// lock: another runtime may then start on it.
     pub async fn shutdown(&self) {
         let actors = self.core.registry.close();
         for addr in actors {
@@ -306,6 +317,13 @@ impl Runtime {
             arbiter.stop();
         }
         self.core.persistence.stop().await;
+        let owner = match self.core.owner.lock() {
+            Ok(mut owner) => owner.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(owner) = owner {
+            owner.release();
+        }
     }
 }
 
@@ -350,5 +368,40 @@ impl EventStream {
             broadcast::error::RecvError::Lagged(missed) => RecvError::Lagged { missed },
             broadcast::error::RecvError::Closed => RecvError::Closed,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::error::Error;
+    use crate::testing::ScriptedRunner;
+    use crate::Runtime;
+
+    /// `shutdown` releases the database's lock: a runtime refused while the first one runs
+    /// starts on the same file, in the same process, once it has shut down (while the first's
+    /// handle is still alive).
+    #[actix_rt::test]
+    async fn a_shut_down_runtime_releases_the_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("owner.db");
+        let start = || {
+            Runtime::builder()
+                .database(&path)
+                .runner(ScriptedRunner::new())
+                .arbiters(1)
+                .shutdown_grace(Duration::from_secs(1))
+                .start()
+        };
+        let first = start().await.unwrap();
+        let refused = start().await;
+        assert!(
+            matches!(refused, Err(Error::DatabaseInUse { .. })),
+            "{refused:?}"
+        );
+        first.shutdown().await;
+        let second = start().await.unwrap();
+        second.shutdown().await;
     }
 }

@@ -845,6 +845,11 @@ impl ChildProcess {
         }
     }
 
+    /// The child's process id.
+    pub fn id(&self) -> u32 {
+        self.process.id()
+    }
+
     /// Reads stdout until a line starting with `prefix`; panics (showing the child's output)
     /// when the child exits first or [`CHILD_WAIT`] passes.
     pub fn wait_for(&mut self, prefix: &str) {
