@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::store::pool::Synchronous;
+use crate::journal::Synchronous;
 
 /// The runtime's configuration. Built through [`crate::RuntimeBuilder`].
 #[derive(Debug, Clone)]

@@ -3,15 +3,15 @@
 use std::sync::{Arc, Mutex};
 
 use crate::config::RuntimeConfig;
+use crate::journal::Journal;
 use crate::lock::OwnerLock;
-use crate::persistence::Persistence;
 use crate::registry::Registry;
 use crate::runner::Runner;
 
 /// The shared state of one running runtime (one boot).
 pub(crate) struct Core {
-    /// The Persistence actor.
-    pub(crate) persistence: Persistence,
+    /// The durable store: every write and read goes through it.
+    pub(crate) journal: Journal,
     /// The user's runner.
     pub(crate) runner: Arc<dyn Runner>,
     /// This boot's id, recorded with every claim (`claim_boot`).

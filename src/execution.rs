@@ -9,10 +9,10 @@ use futures::channel::oneshot;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::runner::{InterruptReason, Terminal};
+use crate::model::Resumption;
+use crate::outcome::{InterruptReason, Terminal};
 use crate::session::messages::{AwaitIdle, Interrupt, Resume, Wake};
 use crate::session::SessionActor;
-use crate::turn::Resumption;
 
 /// How often a message is re-sent to a fresh actor when the one it found had just stopped.
 const DELIVERY_ATTEMPTS: usize = 8;

@@ -30,15 +30,16 @@ pub mod execution;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod id;
+pub(crate) mod journal;
 pub(crate) mod lock;
 pub mod model;
-pub(crate) mod persistence;
+mod outcome;
+pub(crate) mod recovery;
 pub(crate) mod registry;
 pub mod runner;
 pub mod runtime;
 pub mod service;
 pub(crate) mod session;
-pub(crate) mod store;
 pub mod testing;
 pub mod turn;
 
@@ -47,20 +48,21 @@ pub use error::{Error, Result, StoreError};
 pub use event::EventRecord;
 pub use execution::Execution;
 pub use id::{MessageId, SessionId};
+pub use journal::{ClaimStats, PersistenceStats, Synchronous};
 pub use model::{
     Admission, Anchor, ClaimState, Cursor, Delivery, Direction, ListQuery, Message, MessagesQuery,
     Order, ParentFilter, SessionInfo,
 };
-pub use persistence::PersistenceStats;
-pub use registry::sweep::SweepReport;
-pub use registry::RegistryStats;
-pub use runner::{
-    terminal, Exit, InterruptReason, ProviderErrorKind, RunError, Runner, SessionError, Terminal,
+pub use model::{Reprojection, Resumption};
+pub use outcome::{
+    terminal, Exit, InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal,
 };
+pub use recovery::SweepReport;
+pub use registry::RegistryStats;
+pub use runner::Runner;
 pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
-pub use service::{CreateSession, PromptInput, Reprojection, SessionEvents, Sessions};
-pub use store::pool::Synchronous;
-pub use turn::{Resumption, Turn, TurnCause};
+pub use service::{CreateSession, PromptInput, SessionEvents, Sessions};
+pub use turn::{Turn, TurnCause};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

@@ -244,6 +244,34 @@ pub struct ClaimState {
     pub claim_boot: Option<String>,
 }
 
+/// What a turn resumed after a restart is resuming (see `TurnCause::Recovery`).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Resumption {
+    /// Which restart-resume of this turn this is, from 1.
+    pub attempt: u32,
+    /// The budget: attempts past it are recorded as `aborted` instead of resumed.
+    pub max_attempts: u32,
+    /// The seq of the restart notice (`session.synthetic`) published for this attempt.
+    pub notice_seq: u64,
+    /// The inputs the killed attempt had promoted and not finished, in promotion order: never
+    /// an input an earlier turn served to its terminal, never one a user interrupted. Empty
+    /// when the killed process had not started the turn (an acknowledged prompt whose wake was
+    /// lost): the prompt is then still pending, to be promoted as usual.
+    pub inputs: Vec<Admission>,
+}
+
+/// What `Sessions::reproject` rebuilt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Reprojection {
+    /// Events replayed (admissions, promotions and appended messages).
+    pub events: usize,
+    /// Inbox rows after the rebuild.
+    pub inputs: usize,
+    /// Transcript rows after the rebuild.
+    pub messages: usize,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,6 @@
 //! asks every actor idle longer than `idle_timeout` to stop, so an idle session costs no memory
 //! and idle actors need no timers of their own.
 
-pub(crate) mod sweep;
-
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -333,7 +331,7 @@ impl RegistryActor {
         let core = self.core.clone();
         ctx.spawn(
             async move {
-                core.persistence.release_memory().await;
+                core.journal.release_memory().await;
                 if let Some(hook) = &core.after_passivation {
                     hook(freed);
                 }

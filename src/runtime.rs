@@ -12,13 +12,12 @@ use crate::core::{AfterPassivation, Core};
 use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
+use crate::journal::{ClaimStats, Journal, PersistenceStats, Synchronous};
 use crate::lock::OwnerLock;
-use crate::persistence::{Persistence, PersistenceStats};
-use crate::registry::sweep::{self, SweepReport};
+use crate::recovery::{self, SweepReport};
 use crate::registry::{Ready, Registry, RegistryActor, RegistryStats, StopSupervisor};
 use crate::runner::Runner;
 use crate::service::Sessions;
-use crate::store::{self, pool::Synchronous, StoreConfig};
 
 /// Configures and starts a [`Runtime`].
 pub struct RuntimeBuilder {
@@ -146,20 +145,11 @@ impl RuntimeBuilder {
         // Before anything opens the database: a second runtime must not migrate it, nor sweep
         // the claims of the live one.
         let owner = OwnerLock::acquire(&config.database)?;
-        let store_config = StoreConfig {
-            synchronous: config.synchronous,
-            busy_timeout: config.busy_timeout,
-            pool_size: config.pool_size,
-            ..StoreConfig::new(&config.database)
-        };
-        let pool = store::open(&store_config)?;
-        let writer = store::open_connection(&store_config)?;
-        let persistence =
-            Persistence::start(pool, writer, config.group_commit, config.bus_capacity)?;
+        let journal = Journal::open(&config)?;
         let arbiters: Vec<Arbiter> = (0..config.arbiters).map(|_| Arbiter::new()).collect();
         let registry = Registry::new(arbiters.iter().map(Arbiter::handle).collect());
         let core = Arc::new(Core {
-            persistence,
+            journal,
             runner,
             boot: uuid::Uuid::now_v7().simple().to_string(),
             config,
@@ -254,20 +244,20 @@ impl Runtime {
     /// [`Error::Store`] when the sweep's writes fail (a retry is safe: counts already committed
     /// stay, and a turn is resumed at most once per sweep).
     pub async fn resume_suspended_sessions(&self) -> Result<SweepReport> {
-        sweep::resume_suspended_sessions(&self.core).await
+        recovery::resume_suspended_sessions(&self.core).await
     }
 
     /// A live stream of every event committed from now on.
     pub fn subscribe(&self) -> EventStream {
         EventStream {
-            receiver: self.core.persistence.subscribe(),
+            receiver: self.core.journal.subscribe(),
         }
     }
 
     /// Counters of the runtime's actors.
     pub fn stats(&self) -> RuntimeStats {
         RuntimeStats {
-            persistence: self.core.persistence.stats(),
+            persistence: self.core.journal.stats(),
             registry: self.core.registry.stats(),
             active: self.core.registry.active().len(),
         }
@@ -279,23 +269,11 @@ impl Runtime {
     /// # Errors
     /// [`Error::Store`] when the read fails.
     pub async fn claim_stats(&self) -> Result<ClaimStats> {
-        let now = store::now_ms();
-        let (claimed, oldest): (i64, Option<i64>) = self
+        Ok(self
             .core
-            .persistence
-            .read(move |conn| {
-                Ok(conn
-                    .prepare_cached(
-                        "SELECT COUNT(*), ?1 - MIN(time_suspended) FROM session \
-                         WHERE time_suspended IS NOT NULL",
-                    )?
-                    .query_row([now], |row| Ok((row.get(0)?, row.get(1)?)))?)
-            })
-            .await?;
-        Ok(ClaimStats {
-            claimed: u64::try_from(claimed).unwrap_or(0),
-            oldest_claim_age_ms: oldest.map(|age| u64::try_from(age).unwrap_or(0)),
-        })
+            .journal
+            .claim_stats(crate::journal::now_ms())
+            .await?)
     }
 
     /// Graceful stop: refuses new work, cancels every running drain with reason `shutdown`
@@ -316,7 +294,7 @@ impl Runtime {
         for arbiter in self.arbiters.iter() {
             arbiter.stop();
         }
-        self.core.persistence.stop().await;
+        self.core.journal.stop().await;
         let owner = match self.core.owner.lock() {
             Ok(mut owner) => owner.take(),
             Err(poisoned) => poisoned.into_inner().take(),
@@ -325,15 +303,6 @@ impl Runtime {
             owner.release();
         }
     }
-}
-
-/// Claim counts for `/stats` (see [`Runtime::claim_stats`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ClaimStats {
-    /// Sessions whose `time_suspended` is set (a turn is or was in flight).
-    pub claimed: u64,
-    /// Milliseconds since the oldest claim was made; `None` when nothing is claimed.
-    pub oldest_claim_age_ms: Option<u64>,
 }
 
 /// A live stream of committed events (see [`Runtime::subscribe`]).

@@ -28,11 +28,11 @@ use serde::{Deserialize, Serialize};
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
+use crate::journal::Created;
 use crate::model::{ListQuery, SessionInfo};
-use crate::store;
 
 pub use events::SessionEvents;
-pub use prompt::{PromptInput, Reprojection};
+pub use prompt::PromptInput;
 pub use validate::{MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES};
 
 /// What [`Sessions::create`] takes.
@@ -119,7 +119,7 @@ impl Sessions {
         if let Some(model) = &input.model {
             validate::model(model)?;
         }
-        let now = store::now_ms();
+        let now = crate::journal::now_ms();
         let id = input.id.unwrap_or_else(SessionId::generate);
         let info = SessionInfo {
             id: id.clone(),
@@ -136,25 +136,10 @@ impl Sessions {
             time_suspended: None,
             resume_attempts: 0,
         };
-        let created = self
-            .core
-            .persistence
-            .write(move |w| {
-                if let Some(parent) = &info.parent_id {
-                    if store::get_session(w.conn(), &info.id)?.is_none()
-                        && !store::session_exists(w.conn(), parent)?
-                    {
-                        return Ok(Err(parent.clone()));
-                    }
-                }
-                let (stored, event) = store::create_session(w.conn(), &info)?;
-                if let Some(event) = event {
-                    w.record(event);
-                }
-                Ok(Ok(stored))
-            })
-            .await?;
-        created.map_err(|parent| Error::NotFound { session_id: parent })
+        match self.core.journal.create_session(info).await? {
+            Created::New(info) | Created::Existing(info) => Ok(info),
+            Created::NoParent(parent) => Err(Error::NotFound { session_id: parent }),
+        }
     }
 
     /// The stored session.
@@ -162,10 +147,9 @@ impl Sessions {
     /// # Errors
     /// [`Error::NotFound`] when there is none; [`Error::Store`] when the read fails.
     pub async fn get(&self, id: &SessionId) -> Result<SessionInfo> {
-        let key = id.clone();
         self.core
-            .persistence
-            .read(move |conn| store::get_session(conn, &key))
+            .journal
+            .session(id)
             .await?
             .ok_or_else(|| Error::NotFound {
                 session_id: id.clone(),
@@ -189,22 +173,12 @@ impl Sessions {
         if let Some(search) = &query.search {
             validate::text("search", search)?;
         }
-        Ok(self
-            .core
-            .persistence
-            .read(move |conn| store::list_sessions(conn, &query))
-            .await?)
+        Ok(self.core.journal.list_sessions(query).await?)
     }
 
     /// Fails with [`Error::NotFound`] unless `id` is stored.
     pub(crate) async fn require(&self, id: &SessionId) -> Result<()> {
-        let key = id.clone();
-        let exists = self
-            .core
-            .persistence
-            .read(move |conn| store::session_exists(conn, &key))
-            .await?;
-        if exists {
+        if self.core.journal.session_exists(id).await? {
             Ok(())
         } else {
             Err(Error::NotFound {

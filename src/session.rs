@@ -18,19 +18,17 @@ use actix::prelude::*;
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
-use serde_json::json;
 
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
 use self::messages::{AwaitIdle, Close, Interrupt, Resume, Wake};
 use crate::core::Core;
 use crate::crash;
 use crate::error::{Error, StoreError};
-use crate::event::kind;
 use crate::id::SessionId;
+use crate::model::Resumption;
+use crate::outcome::{Exit, RunError, Terminal};
 use crate::registry::{Forget, Passivate, Stamp};
-use crate::runner::{Exit, RunError, Terminal};
-use crate::store;
-use crate::turn::{Resumption, Turn, TurnCause};
+use crate::turn::{Turn, TurnCause};
 
 /// The reply channels the actor hands its coordinator.
 pub(crate) struct ActorTokens;
@@ -98,16 +96,7 @@ impl SessionActor {
     /// Reloads what the actor derives from the store: whether the session exists and its
     /// durable interrupt fence. A short synchronous read on this arbiter.
     fn reload(&mut self) {
-        let id = self.id.clone();
-        let loaded = self.core.persistence.read_blocking(|conn| {
-            let exists = store::session_exists(conn, &id)?;
-            let fence = if exists {
-                store::latest_interrupt_seq(conn, &id)?
-            } else {
-                None
-            };
-            Ok::<_, StoreError>((exists, fence))
-        });
+        let loaded = self.core.journal.session_state_blocking(&self.id);
         match loaded {
             Ok((exists, fence)) => {
                 self.exists = exists;
@@ -203,19 +192,10 @@ impl SessionActor {
             crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
             return self.coordinator.started(execution, Ok(()));
         }
-        let persistence = self.core.persistence.clone();
-        let id = self.id.clone();
-        let data = json!({ "boot": self.core.boot });
+        let journal = self.core.journal.clone();
+        let (id, boot) = (self.id.clone(), self.core.boot.clone());
         crash::point(crash::BEFORE_CLAIM);
-        let commit = async move {
-            persistence
-                .write(move |w| {
-                    w.publish(&id, kind::EXECUTION_STARTED, &data)?;
-                    crash::point(crash::DURING_CLAIM);
-                    Ok(())
-                })
-                .await
-        };
+        let commit = async move { journal.claim_turn(id, boot).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let result = result.map_err(|e| {
                 log::error!("session {}: claim failed: {e}", act.id);
@@ -280,30 +260,17 @@ impl SessionActor {
 
     /// Commits the terminal event (+ release unless shutdown), then reports.
     fn settle_hook(&mut self, terminal: Terminal, ctx: &mut Context<Self>) {
-        let persistence = self.core.persistence.clone();
+        let journal = self.core.journal.clone();
         let id = self.id.clone();
-        let (event, data) = terminal_event(&terminal);
         crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
         let best_effort = matches!(
             terminal,
             Terminal::Interrupted {
-                reason: crate::runner::InterruptReason::Shutdown
+                reason: crate::outcome::InterruptReason::Shutdown
             }
         );
-        let commit = async move {
-            persistence
-                .write(move |w| {
-                    // Decided while the claim is still held: the next queued prompt, if any.
-                    let next = if best_effort {
-                        None
-                    } else {
-                        store::settle(w.conn(), &id)?
-                    };
-                    w.publish(&id, event, &data)?;
-                    Ok(next)
-                })
-                .await
-        };
+        let settled = terminal.clone();
+        let commit = async move { journal.settle_turn(id, settled).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let (result, next) = match result {
                 Ok(next) => (Ok(()), next),
@@ -355,18 +322,6 @@ impl<T> Drop for DropSafe<T> {
                 log::error!("a drain panicked while being cancelled; the panic was contained");
             }
         }
-    }
-}
-
-/// The event (wire name and payload) that records `terminal`.
-pub(crate) fn terminal_event(terminal: &Terminal) -> (&'static str, serde_json::Value) {
-    match terminal {
-        Terminal::Succeeded => (kind::EXECUTION_SUCCEEDED, json!({})),
-        Terminal::Failed { error } => (kind::EXECUTION_FAILED, json!({ "error": error })),
-        Terminal::Interrupted { reason } => (
-            kind::EXECUTION_INTERRUPTED,
-            json!({ "reason": reason.as_str() }),
-        ),
     }
 }
 

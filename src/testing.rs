@@ -14,9 +14,9 @@ use tokio::sync::{watch, Notify};
 use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::id::SessionId;
+use crate::journal::inspect;
 use crate::model::ClaimState;
 use crate::runner::{RunError, Runner};
-use crate::store;
 use crate::turn::Turn;
 
 /// A custom drain body.
@@ -242,18 +242,12 @@ impl Runner for ScriptedRunner {
     }
 }
 
-fn open(path: &Path) -> Result<rusqlite::Connection, StoreError> {
-    let conn = rusqlite::Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
-    Ok(conn)
-}
-
 /// The claim columns of `session` in the database at `path` (`None` when the row is missing).
 ///
 /// # Errors
 /// When the file cannot be read.
 pub fn claim_state(path: &Path, session: &SessionId) -> Result<Option<ClaimState>, StoreError> {
-    store::claim_state(&open(path)?, session)
+    inspect::claim_state(path, session)
 }
 
 /// Whether `session` holds a claim (`time_suspended IS NOT NULL`).
@@ -277,7 +271,7 @@ pub fn resume_attempts(path: &Path, session: &SessionId) -> Result<u32, StoreErr
 /// # Errors
 /// When the file cannot be read.
 pub fn events(path: &Path, session: &SessionId) -> Result<Vec<EventRecord>, StoreError> {
-    store::events_after(&open(path)?, session, None, usize::MAX)
+    inspect::events(path, session)
 }
 
 /// Every stored event of `session` with wire name `kind`, in seq order.
@@ -302,14 +296,5 @@ pub fn events_of_kind(
 /// # Errors
 /// When the file cannot be written or the session is missing.
 pub fn seed_claim(path: &Path, session: &SessionId, attempts: u32) -> Result<(), StoreError> {
-    let conn = open(path)?;
-    let changed = conn.execute(
-        "UPDATE session SET time_suspended = ?2, resume_attempts = ?3, claim_boot = 'seeded', \
-         claim_seq = (SELECT seq FROM event_sequence WHERE aggregate_id = ?1) WHERE id = ?1",
-        rusqlite::params![session.as_str(), store::now_ms(), attempts],
-    )?;
-    if changed == 0 {
-        return Err(StoreError::Inconsistent(format!("no session {session}")));
-    }
-    Ok(())
+    inspect::seed_claim(path, session, attempts)
 }

@@ -10,9 +10,7 @@ use crate::error::{Error, Result};
 use crate::event::{kind, EventRecord};
 use crate::execution::Execution;
 use crate::id::{MessageId, SessionId};
-use crate::model::{Admission, Message};
-
-use crate::store;
+use crate::model::{Admission, Message, Resumption};
 
 /// Why a drain runs: what the runner is asked to serve.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,23 +29,6 @@ pub enum TurnCause {
     /// The restart sweep resumed a turn a previous process left claimed (or owed: a prompt
     /// acknowledged but never started), after publishing the restart notice.
     Recovery(Arc<Resumption>),
-}
-
-/// What a turn resumed after a restart is resuming (see [`TurnCause::Recovery`]).
-#[derive(Debug, Clone, PartialEq)]
-#[non_exhaustive]
-pub struct Resumption {
-    /// Which restart-resume of this turn this is, from 1.
-    pub attempt: u32,
-    /// The budget: attempts past it are recorded as `aborted` instead of resumed.
-    pub max_attempts: u32,
-    /// The seq of the restart notice (`session.synthetic`) published for this attempt.
-    pub notice_seq: u64,
-    /// The inputs the killed attempt had promoted and not finished, in promotion order: never
-    /// an input an earlier turn served to its terminal, never one a user interrupted. Empty
-    /// when the killed process had not started the turn (an acknowledged prompt whose wake was
-    /// lost): the prompt is then still pending, to be promoted as usual.
-    pub inputs: Vec<Admission>,
 }
 
 /// One drain of a session's turn, handed to [`crate::Runner::drain`].
@@ -129,25 +110,11 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the write failed (nothing was promoted).
     pub async fn promote_steer(&self, cutoff: Option<u64>) -> Result<Vec<Admission>> {
-        let id = self.session_id.clone();
-        let promoted = self
+        Ok(self
             .core
-            .persistence
-            .write(move |w| {
-                let promoted = store::promote_steer(w.conn(), &id, cutoff, store::now_ms())?;
-                if !promoted.is_empty() {
-                    crate::crash::point(crate::crash::DURING_PROMOTION);
-                }
-                Ok(promoted
-                    .into_iter()
-                    .map(|(admission, event)| {
-                        w.record(event);
-                        admission
-                    })
-                    .collect())
-            })
-            .await?;
-        Ok(promoted)
+            .journal
+            .promote_steer(self.session_id.clone(), cutoff)
+            .await?)
     }
 
     /// Promotes only the oldest pending `queue` input (one per turn), if any.
@@ -155,22 +122,11 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the write failed.
     pub async fn promote_queue(&self) -> Result<Option<Admission>> {
-        let id = self.session_id.clone();
-        let promoted = self
+        Ok(self
             .core
-            .persistence
-            .write(move |w| {
-                let promoted = store::promote_queue(w.conn(), &id, store::now_ms())?;
-                if promoted.is_some() {
-                    crate::crash::point(crate::crash::DURING_PROMOTION);
-                }
-                Ok(promoted.map(|(admission, event)| {
-                    w.record(event);
-                    admission
-                }))
-            })
-            .await?;
-        Ok(promoted)
+            .journal
+            .promote_queue(self.session_id.clone())
+            .await?)
     }
 
     /// The inputs still pending in the session's inbox, in admission order.
@@ -178,12 +134,7 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn pending(&self) -> Result<Vec<Admission>> {
-        let id = self.session_id.clone();
-        Ok(self
-            .core
-            .persistence
-            .read(move |conn| store::pending_inputs(conn, &id))
-            .await?)
+        Ok(self.core.journal.pending(self.session_id.clone()).await?)
     }
 
     /// Appends a message (`kind` such as `assistant`) to the transcript, with its
@@ -192,20 +143,11 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the write failed.
     pub async fn append_message(&self, kind: &str, data: Value) -> Result<MessageId> {
-        let id = self.session_id.clone();
-        let message = MessageId::generate();
-        let kind = kind.to_string();
-        let out = message.clone();
-        self.core
-            .persistence
-            .write(move |w| {
-                let event =
-                    store::append_message(w.conn(), &id, &message, &kind, &data, store::now_ms())?;
-                w.record(event);
-                Ok(())
-            })
-            .await?;
-        Ok(out)
+        Ok(self
+            .core
+            .journal
+            .append_message(self.session_id.clone(), kind.to_owned(), data)
+            .await?)
     }
 
     /// Publishes a runner-defined event on the session's log (committed, then broadcast).
@@ -226,12 +168,10 @@ impl Turn {
                 format!("{event} is published by the runtime itself"),
             ));
         }
-        let id = self.session_id.clone();
-        let event = event.to_string();
         Ok(self
             .core
-            .persistence
-            .write(move |w| w.publish(&id, &event, &data))
+            .journal
+            .publish(self.session_id.clone(), event.to_owned(), data)
             .await?)
     }
 
@@ -241,11 +181,6 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn context(&self) -> Result<Vec<Message>> {
-        let id = self.session_id.clone();
-        Ok(self
-            .core
-            .persistence
-            .read(move |conn| store::context(conn, &id))
-            .await?)
+        Ok(self.core.journal.context(self.session_id.clone()).await?)
     }
 }

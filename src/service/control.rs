@@ -3,15 +3,14 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{validate, Sessions};
 use crate::error::{Error, Result, StoreError};
-use crate::event::{kind, EventRecord};
+use crate::event::EventRecord;
 use crate::execution::Execution;
-use crate::id::{MessageId, SessionId};
-use crate::runner::Terminal;
-use crate::store;
+use crate::id::SessionId;
+use crate::outcome::Terminal;
 
 impl Sessions {
     /// The execution handle of the same runtime.
@@ -57,21 +56,7 @@ impl Sessions {
         let this = self.clone();
         let id = session_id.clone();
         actix_rt::spawn(async move {
-            let key = id.clone();
-            let request = this
-                .core
-                .persistence
-                .write(move |w| {
-                    let Some(claim) = store::claim_state(w.conn(), &key)? else {
-                        return Ok(None);
-                    };
-                    let data = json!({ "sessionID": key });
-                    let seq = w.publish(&key, kind::INTERRUPT_REQUESTED, &data)?.seq;
-                    // Every pending prompt is fenced: none is owed a turn any more.
-                    store::clear_wakes(w.conn(), &key)?;
-                    Ok(Some((seq, claim.time_suspended.is_some())))
-                })
-                .await?;
+            let request = this.core.journal.request_interrupt(id.clone()).await?;
             crate::crash::point(crate::crash::AFTER_INTERRUPT_REQUEST);
             match (
                 this.execution().interrupt(&id, request.map(|r| r.0)).await,
@@ -127,21 +112,10 @@ impl Sessions {
     /// [`Error::Store`] when the write fails.
     pub async fn switch_model(&self, session_id: &SessionId, model: Value) -> Result<EventRecord> {
         validate::model(&model)?;
-        let key = session_id.clone();
         let event = self
             .core
-            .persistence
-            .write(move |w| {
-                if !store::session_exists(w.conn(), &key)? {
-                    return Ok(None);
-                }
-                let data = json!({
-                    "sessionID": key,
-                    "messageID": MessageId::generate(),
-                    "model": model,
-                });
-                w.publish(&key, kind::MODEL_SWITCHED, &data).map(Some)
-            })
+            .journal
+            .switch_model(session_id.clone(), model)
             .await?;
         event.ok_or_else(|| Error::NotFound {
             session_id: session_id.clone(),

@@ -24,7 +24,6 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::event::EventRecord;
 use crate::id::SessionId;
-use crate::store;
 
 /// Events read from the store per replay page.
 const REPLAY_PAGE: usize = 256;
@@ -59,11 +58,10 @@ impl Follow {
                 return Some(Ok(event));
             }
             if self.replay {
-                let (id, after) = (self.session_id.clone(), self.last);
                 let page = self
                     .core
-                    .persistence
-                    .read(move |conn| store::events_after(conn, &id, after, REPLAY_PAGE))
+                    .journal
+                    .events_after(self.session_id.clone(), self.last, REPLAY_PAGE)
                     .await;
                 match page {
                     Ok(page) => {
@@ -221,7 +219,7 @@ impl Sessions {
     ) -> Result<SessionEvents> {
         // Subscribe first: everything committed from here on arrives live, everything before is
         // in the store when the first page is read.
-        let receiver = self.core.persistence.subscribe();
+        let receiver = self.core.journal.subscribe();
         self.require(session_id).await?;
         Ok(SessionEvents {
             idle: Some(Follow {

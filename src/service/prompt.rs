@@ -1,4 +1,4 @@
-//! Prompt admission (SPEC §6.3, reference §4) and the rebuild of a session's inbox and
+//! Prompt admission and the rebuild of a session's inbox and
 //! transcript from its event log.
 //!
 //! A prompt is admitted into the session's inbox (`session_input`) by one write request that
@@ -12,11 +12,9 @@ use serde_json::Value;
 
 use super::{validate, Sessions};
 use crate::error::{Error, Result, StoreError};
-use crate::event::kind;
 use crate::id::{MessageId, SessionId};
-use crate::model::{Admission, Delivery};
-use crate::persistence::WriteCtx;
-use crate::store;
+use crate::journal::Admitted;
+use crate::model::{Admission, Delivery, Reprojection};
 
 /// What [`Sessions::prompt`] takes.
 ///
@@ -75,83 +73,11 @@ impl PromptInput {
     }
 }
 
-/// What [`Sessions::reproject`] rebuilt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct Reprojection {
-    /// Events replayed (admissions, promotions and appended messages).
-    pub events: usize,
-    /// Inbox rows after the rebuild.
-    pub inputs: usize,
-    /// Transcript rows after the rebuild.
-    pub messages: usize,
-}
-
-/// The event kinds whose projections are the inbox and the transcript.
-const INBOX_AND_TRANSCRIPT: &[&str] = &[
-    kind::PROMPT_ADMITTED,
-    kind::PROMPT_PROMOTED,
-    kind::MESSAGE_APPENDED,
-];
-
-/// Whether a stored admission is what this request would have admitted (reference
-/// `equivalent`): same session, same delivery, same prompt JSON.
-fn equivalent(stored: &Admission, session: &SessionId, prompt: &Value, delivery: Delivery) -> bool {
-    &stored.session_id == session && stored.delivery == delivery && &stored.prompt == prompt
-}
-
 fn conflict(session_id: SessionId, message_id: &MessageId) -> Error {
     Error::PromptConflict {
         session_id,
         message_id: message_id.clone(),
     }
-}
-
-/// The check-and-admit of one prompt, inside one write request. Rejections return before
-/// anything is written; a conflict raised by the admission's own projection is returned as
-/// [`StoreError::Conflict`] so that the request's savepoint rolls back.
-///
-/// With `resume`, the input is marked as owed a turn in the same transaction (an exact retry
-/// marks a pending, unfenced input too): the acknowledgement is then a durable promise that a
-/// turn runs for it, even if the process dies before the wake reaches the session.
-fn admit_once(
-    w: &mut WriteCtx<'_>,
-    session: &SessionId,
-    id: &MessageId,
-    prompt: &Value,
-    delivery: Delivery,
-    resume: bool,
-) -> Result<Result<Admission>, StoreError> {
-    let conn = w.conn();
-    if !store::session_exists(conn, session)? {
-        return Ok(Err(Error::NotFound {
-            session_id: session.clone(),
-        }));
-    }
-    if let Some(stored) = store::get_input(conn, id)? {
-        if !equivalent(&stored, session, prompt, delivery) {
-            return Ok(Err(conflict(stored.session_id, id)));
-        }
-        let fenced = store::latest_interrupt_seq(conn, session)?
-            .is_some_and(|fence| stored.admitted_seq <= fence);
-        if resume && stored.promoted_seq.is_none() && !fenced {
-            store::mark_wake(conn, id)?;
-        }
-        return Ok(Ok(stored));
-    }
-    if let Some(owner) = store::transcript_owner(conn, id)? {
-        return Ok(Err(conflict(owner, id)));
-    }
-    let (admission, event) = store::admit(conn, session, id, prompt, delivery, store::now_ms())?;
-    if resume {
-        store::mark_wake(conn, id)?;
-    }
-    if event.is_some() {
-        crate::crash::point(crate::crash::DURING_ADMISSION);
-    }
-    if let Some(event) = event {
-        w.record(event);
-    }
-    Ok(Ok(admission))
 }
 
 impl Sessions {
@@ -194,16 +120,22 @@ impl Sessions {
             resume,
         } = input;
         let message_id = id.unwrap_or_else(MessageId::generate);
-        let (session, message) = (session_id.clone(), message_id.clone());
-        let admission = self
+        let admitted = self
             .core
-            .persistence
-            .write(move |w| admit_once(w, &session, &message, &prompt, delivery, resume))
-            .await
-            .map_err(|e| match e {
-                StoreError::Conflict(_) => conflict(session_id.clone(), &message_id),
-                other => Error::Store(other),
-            })??;
+            .journal
+            .admit_prompt(
+                session_id.clone(),
+                message_id.clone(),
+                prompt,
+                delivery,
+                resume,
+            )
+            .await?;
+        let admission = match admitted {
+            Admitted::New(admission) | Admitted::Retried(admission) => admission,
+            Admitted::Conflict(owner) => return Err(conflict(owner, &message_id)),
+            Admitted::NoSession => return Err(Error::NotFound { session_id }),
+        };
         if resume {
             crate::crash::point(crate::crash::AFTER_ADMISSION_BEFORE_WAKE);
             let woken = self
@@ -231,50 +163,12 @@ impl Sessions {
     /// [`Error::NotFound`] when the session is not stored; [`Error::Store`] when the log cannot
     /// be replayed (then nothing changed).
     pub async fn reproject(&self, session_id: &SessionId) -> Result<Reprojection> {
-        let key = session_id.clone();
-        let rebuilt = self
-            .core
-            .persistence
-            .write(move |w| {
-                let conn = w.conn();
-                if !store::session_exists(conn, &key)? {
-                    return Ok(None);
-                }
-                store::delete_projections(conn, &key)?;
-                let mut events = 0;
-                // The claim of the turn being replayed, to mark the prompts of a turn a user
-                // interrupted (the claim itself is execution state and is left as it is).
-                let mut claim = None;
-                for event in store::events_after(conn, &key, None, usize::MAX)? {
-                    match event.kind.as_str() {
-                        kind::EXECUTION_STARTED => {
-                            claim.get_or_insert(event.seq);
-                        }
-                        kind::EXECUTION_SUCCEEDED | kind::EXECUTION_FAILED => claim = None,
-                        kind::EXECUTION_INTERRUPTED => {
-                            if event.data["reason"] != "shutdown" {
-                                if let Some(seq) = claim.take() {
-                                    store::mark_interrupted(conn, &key, seq)?;
-                                }
-                            }
-                        }
-                        _ => {}
-                    }
-                    if INBOX_AND_TRANSCRIPT.contains(&event.kind.as_str()) {
-                        store::project(conn, &event)?;
-                        events += 1;
-                    }
-                }
-                let (inputs, messages) = store::projection_counts(conn, &key)?;
-                Ok(Some(Reprojection {
-                    events,
-                    inputs,
-                    messages,
-                }))
+        self.core
+            .journal
+            .reproject(session_id.clone())
+            .await?
+            .ok_or_else(|| Error::NotFound {
+                session_id: session_id.clone(),
             })
-            .await?;
-        rebuilt.ok_or_else(|| Error::NotFound {
-            session_id: session_id.clone(),
-        })
     }
 }

@@ -3,55 +3,24 @@
 //! A stored message whose payload is not valid JSON is reported as
 //! [`Error::MessageDecode`] naming the message, not as a bare store error.
 
-use rusqlite::Connection;
-
 use super::{validate, Sessions};
-use crate::error::{Error, Result, StoreError};
+use crate::error::{Error, Result};
 use crate::id::{MessageId, SessionId};
+use crate::journal::Transcript;
 use crate::model::{Message, MessagesQuery};
-use crate::store;
-
-/// The outcome of a transcript read on the store's connection.
-enum Read<T> {
-    /// The session is not stored.
-    Missing,
-    /// This message of the session could not be decoded.
-    Undecodable(MessageId),
-    /// The answer.
-    Found(T),
-}
-
-/// Runs `read` for a stored session, diagnosing a JSON decode failure to the first undecodable
-/// message of the session.
-fn read_transcript<T>(
-    conn: &Connection,
-    session: &SessionId,
-    read: impl FnOnce(&Connection) -> Result<T, StoreError>,
-) -> Result<Read<T>, StoreError> {
-    if !store::session_exists(conn, session)? {
-        return Ok(Read::Missing);
-    }
-    match read(conn) {
-        Ok(found) => Ok(Read::Found(found)),
-        Err(StoreError::Json(e)) => store::undecodable_message(conn, session)?
-            .map(Read::Undecodable)
-            .ok_or(StoreError::Json(e)),
-        Err(other) => Err(other),
-    }
-}
 
 impl Sessions {
     /// Maps a transcript read's outcome to the service's answer.
-    fn answer<T>(&self, session: &SessionId, read: Read<T>) -> Result<T> {
+    fn answer<T>(&self, session: &SessionId, read: Transcript<T>) -> Result<T> {
         match read {
-            Read::Missing => Err(Error::NotFound {
+            Transcript::Missing => Err(Error::NotFound {
                 session_id: session.clone(),
             }),
-            Read::Undecodable(message_id) => Err(Error::MessageDecode {
+            Transcript::Undecodable(message_id) => Err(Error::MessageDecode {
                 session_id: session.clone(),
                 message_id,
             }),
-            Read::Found(found) => Ok(found),
+            Transcript::Found(found) => Ok(found),
         }
     }
 
@@ -68,15 +37,7 @@ impl Sessions {
     pub async fn messages(&self, query: MessagesQuery) -> Result<Vec<Message>> {
         validate::limit(query.limit)?;
         let session = query.session_id.clone();
-        let read = self
-            .core
-            .persistence
-            .read(move |conn| {
-                read_transcript(conn, &query.session_id, |conn| {
-                    store::messages(conn, &query)
-                })
-            })
-            .await?;
+        let read = self.core.journal.messages(query).await?;
         self.answer(&session, read)
     }
 
@@ -91,22 +52,19 @@ impl Sessions {
         session_id: &SessionId,
         message_id: &MessageId,
     ) -> Result<Option<Message>> {
-        let (session, message) = (session_id.clone(), message_id.clone());
-        let found = self
+        let read = self
             .core
-            .persistence
-            .read(
-                move |conn| match store::get_message(conn, &session, &message) {
-                    Ok(found) => Ok(Ok(found)),
-                    Err(StoreError::Json(_)) => Ok(Err(message)),
-                    Err(other) => Err(other),
-                },
-            )
+            .journal
+            .message(session_id.clone(), message_id.clone())
             .await?;
-        found.map_err(|message_id| Error::MessageDecode {
-            session_id: session_id.clone(),
-            message_id,
-        })
+        match read {
+            Transcript::Undecodable(message_id) => Err(Error::MessageDecode {
+                session_id: session_id.clone(),
+                message_id,
+            }),
+            Transcript::Found(found) => Ok(found),
+            Transcript::Missing => Ok(None),
+        }
     }
 
     /// The session's whole transcript in seq order: what a runner feeds the model.
@@ -116,14 +74,7 @@ impl Sessions {
     /// stored message cannot be decoded (naming the first such message); [`Error::Store`] when
     /// the read fails.
     pub async fn context(&self, session_id: &SessionId) -> Result<Vec<Message>> {
-        let session = session_id.clone();
-        let read = self
-            .core
-            .persistence
-            .read(move |conn| {
-                read_transcript(conn, &session, |conn| store::context(conn, &session))
-            })
-            .await?;
+        let read = self.core.journal.transcript(session_id.clone()).await?;
         self.answer(session_id, read)
     }
 }

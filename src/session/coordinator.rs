@@ -15,7 +15,7 @@ use std::fmt;
 
 use self::effect::{next_id, Chain, Fence};
 pub use self::effect::{Effect, Mode, Phase, Seq, Tokens};
-use crate::runner::{terminal, Exit, InterruptReason, Terminal};
+use crate::outcome::{terminal, Exit, InterruptReason, Terminal};
 
 /// A rung doorbell: `seq` is the max admission seq of the coalesced sequenced wakes, and
 /// `unsequenced` whether any of them had no seq. The two parts are kept apart so that an

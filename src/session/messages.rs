@@ -6,7 +6,7 @@ use actix::Message;
 use futures::channel::oneshot;
 
 use crate::error::Error;
-use crate::runner::{InterruptReason, Terminal};
+use crate::outcome::{InterruptReason, Terminal};
 
 /// An advisory wake, fenced by the admission seq that caused it.
 #[derive(Debug, Message)]
@@ -25,7 +25,7 @@ pub(crate) struct Resume {
     /// Set by the restart sweep, which already committed the claim (`session.execution.started`)
     /// of this turn: if the resume starts a turn, it goes straight to the drain, whose cause is
     /// this recovery.
-    pub(crate) recovery: Option<std::sync::Arc<crate::turn::Resumption>>,
+    pub(crate) recovery: Option<std::sync::Arc<crate::model::Resumption>>,
 }
 
 /// Interrupt the running turn.

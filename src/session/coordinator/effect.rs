@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-use crate::runner::Terminal;
+use crate::outcome::Terminal;
 
 /// A per-session event sequence number.
 pub type Seq = u64;

@@ -17,7 +17,7 @@ use proptest::prelude::*;
 
 use super::tests::Sim;
 use super::{Mode, Seq};
-use crate::runner::{Exit, RunError};
+use crate::outcome::{Exit, RunError};
 
 const S: &str = "session";
 

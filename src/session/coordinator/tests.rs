@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::effect::RunAnswer;
 use super::{Coordinator, Effect, Mode, Seq, Tokens};
-use crate::runner::{Exit, InterruptReason, RunError, SessionError, Terminal};
+use crate::outcome::{Exit, InterruptReason, RunError, SessionError, Terminal};
 
 /// Plain ids as waiter tokens.
 #[derive(Debug)]

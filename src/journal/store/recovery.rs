@@ -156,9 +156,9 @@ mod tests {
 
     use super::*;
     use crate::event::kind;
+    use crate::journal::store::test_support::{create, mid, sid, test_db};
+    use crate::journal::store::{admit, promote_queue, promote_steer, publish};
     use crate::model::Delivery;
-    use crate::store::test_support::{create, mid, sid, test_db};
-    use crate::store::{admit, promote_queue, promote_steer, publish};
 
     fn started(conn: &Connection, s: &SessionId) -> Result<u64, StoreError> {
         Ok(publish(conn, s, kind::EXECUTION_STARTED, &json!({ "boot": "b" }), 1)?.seq)

@@ -159,8 +159,8 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::pool::{self, StoreConfig};
-    use crate::store::test_support::tempdir;
+    use crate::journal::store::pool::{self, StoreConfig};
+    use crate::journal::store::test_support::tempdir;
 
     const TABLES: &[&str] = &[
         "session",

@@ -24,7 +24,8 @@ pub(crate) mod schema;
 mod session;
 
 pub(crate) use claim::{
-    claim, claim_state, count_adoption, count_resume, list_suspended, release, release_child_claims,
+    claim, claim_counts, claim_state, count_adoption, count_resume, list_suspended, release,
+    release_child_claims,
 };
 #[allow(unused_imports)]
 pub(crate) use event::{events_after, latest_interrupt_seq, latest_seq, project, publish};

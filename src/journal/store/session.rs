@@ -222,9 +222,9 @@ pub(crate) fn create_session(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::store::test_support::{create, info, sid, test_db};
+    use crate::journal::store::{events_after, latest_seq};
     use crate::model::Anchor;
-    use crate::store::test_support::{create, info, sid, test_db};
-    use crate::store::{events_after, latest_seq};
 
     #[test]
     fn get_session_round_trips_every_field() -> Result<(), StoreError> {

@@ -95,6 +95,14 @@ pub(crate) fn release_child_claims(conn: &Connection) -> Result<usize, StoreErro
     Ok(stmt.execute([])?)
 }
 
+/// How many sessions hold a claim, and `now` minus the oldest claim's time.
+pub(crate) fn claim_counts(conn: &Connection, now: i64) -> Result<(i64, Option<i64>), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT COUNT(*), ?1 - MIN(time_suspended) FROM session WHERE time_suspended IS NOT NULL",
+    )?;
+    Ok(stmt.query_row([now], |row| Ok((row.get(0)?, row.get(1)?)))?)
+}
+
 /// The claim bookkeeping of `id`, or `None` when the session is not stored.
 pub(crate) fn claim_state(
     conn: &Connection,
@@ -118,8 +126,8 @@ pub(crate) fn claim_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::get_session;
-    use crate::store::test_support::{create, sid, test_db};
+    use crate::journal::store::get_session;
+    use crate::journal::store::test_support::{create, sid, test_db};
 
     #[test]
     fn second_claim_keeps_first_time_and_time_updated() -> Result<(), StoreError> {

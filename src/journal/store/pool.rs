@@ -8,7 +8,7 @@ use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
 use crate::error::StoreError;
-use crate::store::schema;
+use crate::journal::store::schema;
 
 /// SQLite's `synchronous` setting, applied to every connection.
 ///
@@ -133,7 +133,7 @@ pub(crate) fn open(cfg: &StoreConfig) -> Result<Pool, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::tempdir;
+    use crate::journal::store::test_support::tempdir;
 
     fn pragma<T: rusqlite::types::FromSql>(conn: &Connection, name: &str) -> rusqlite::Result<T> {
         conn.pragma_query_value(None, name, |row| row.get(0))

@@ -228,12 +228,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::model::MessagesQuery;
-    use crate::store::pool::open_connection;
-    use crate::store::test_support::{create, mid, sid, test_db};
-    use crate::store::{
+    use crate::journal::store::pool::open_connection;
+    use crate::journal::store::test_support::{create, mid, sid, test_db};
+    use crate::journal::store::{
         admit, append_message, claim_state, get_input, messages, pending_inputs, promote_steer,
     };
+    use crate::model::MessagesQuery;
 
     #[test]
     fn seqs_start_at_zero_and_are_independent_per_session() -> Result<(), StoreError> {

@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::id::SessionId;
-use crate::store::{self, pool::Pool};
+use crate::journal::store::{self, pool::Pool};
 
 /// The largest number of requests committed in one transaction.
 const MAX_BATCH: usize = 2048;

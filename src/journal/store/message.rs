@@ -227,9 +227,9 @@ pub(crate) fn context(conn: &Connection, session: &SessionId) -> Result<Vec<Mess
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::journal::store::test_support::{create, mid, sid, test_db};
+    use crate::journal::store::{admit, latest_seq};
     use crate::model::{Cursor, Delivery};
-    use crate::store::test_support::{create, mid, sid, test_db};
-    use crate::store::{admit, latest_seq};
 
     fn ids(page: &[Message]) -> Vec<&str> {
         page.iter().map(|m| m.id.as_str()).collect()

@@ -7,7 +7,7 @@ use rusqlite::Connection;
 
 use super::Persistence;
 use crate::error::StoreError;
-use crate::store::{self, StoreConfig};
+use crate::journal::store::{self, StoreConfig};
 
 fn start(dir: &tempfile::TempDir) -> (Persistence, std::path::PathBuf) {
     let path = dir.path().join("p.db");

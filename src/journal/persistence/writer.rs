@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
-use crate::store::pool::Pool;
+use crate::journal::store::pool::Pool;
 
 /// The per-request savepoint's statements (prepared once per connection, then cached).
 const SAVEPOINT: &str = "SAVEPOINT request";

@@ -266,8 +266,8 @@ pub(crate) fn promote_queue(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::test_support::{create, mid, sid, test_db};
-    use crate::store::{append_message, events_after, get_message, latest_seq};
+    use crate::journal::store::test_support::{create, mid, sid, test_db};
+    use crate::journal::store::{append_message, events_after, get_message, latest_seq};
 
     fn ids(inputs: &[Admission]) -> Vec<&str> {
         inputs.iter().map(|a| a.id.as_str()).collect()

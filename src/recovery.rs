@@ -1,18 +1,15 @@
-//! The restart sweep (`resume_suspended_sessions`, reference §3): resumes every turn a previous
-//! boot left claimed, counting each attempt durably, and terminalizes turns over budget.
+//! The restart sweep (`resume_suspended_sessions`): resumes every turn a previous process left
+//! claimed or owed, counting each attempt durably; terminalizes turns over budget; records the
+//! user interrupts a crash cut short. It talks to the journal for what is durable and to the
+//! session actors (through [`Execution`]) with one message: resume this already-claimed turn.
 
 use std::sync::Arc;
 
-use serde_json::json;
-
 use crate::core::Core;
 use crate::error::Result;
-use crate::event::{kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
 use crate::execution::Execution;
 use crate::id::SessionId;
-use crate::runner::InterruptReason;
-use crate::store;
-use crate::turn::Resumption;
+use crate::journal::{Orphan, Swept};
 
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -32,93 +29,46 @@ pub struct SweepReport {
 /// Orphans noticed and claimed per transaction of the sweep.
 const SWEEP_CHUNK: usize = 1024;
 
-/// A session the sweep takes up.
-enum Orphan {
-    /// Claimed by an earlier boot, with its attempt count (this boot's included).
-    Claimed(SessionId, u32),
-    /// Holding no claim but an acknowledged prompt owed a turn: the process died before the
-    /// prompt's turn started.
-    Owed(SessionId),
-}
-
-/// What the sweep did with one orphan.
-enum Swept {
-    Resumed(SessionId, Arc<Resumption>),
-    Terminalized(SessionId),
-    Interrupted(SessionId),
-}
-
-/// Runs the sweep in the order of reference §3. Returns once every resumed turn is registered
-/// (in `active()`), never waiting for a drain.
+/// Runs the sweep: (1) releases child claims (children are never resumed on their own); (2)
+/// snapshots what this process already runs; (3) lists the sessions earlier boots left claimed
+/// and those owed a turn, minus that snapshot; (4a) counts every claimed attempt durably, in one
+/// transaction, before any notice or drain; (4b) settles the orphans in chunks, each one
+/// transaction (see the journal's `sweep`): resume, abort over budget, or record the user
+/// interrupt that came before the crash; (4c) as each chunk commits, its resumes start
+/// (registration only, never waiting for drains) while the writer commits the next chunk.
+/// Returns once every resumed turn is registered (in `active()`).
 pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepReport> {
-    let persistence = &core.persistence;
-    // (1) Children are never resumed on their own.
-    let children_released = persistence
-        .write(|w| store::release_child_claims(w.conn()))
-        .await?;
-    // (2) Snapshot what this process is already running.
+    let journal = &core.journal;
+    let children_released = journal.release_child_claims().await?;
     let active = core.registry.active();
-    // (3) Claimed top-level sessions, made by an earlier boot, and unclaimed ones owed a turn,
-    // minus that snapshot.
-    let boot = core.boot.clone();
-    let (claimed, owed) = persistence
-        .read(move |conn| {
-            Ok((
-                store::list_suspended(conn, Some(&boot))?,
-                store::adoptable(conn)?,
-            ))
-        })
-        .await?;
-    let claimed: Vec<SessionId> = claimed
+    let plan = journal.recovery_plan(core.boot.clone()).await?;
+    let claimed: Vec<SessionId> = plan
+        .claimed
         .into_iter()
         .filter(|id| !active.contains(id))
         .collect();
-    let owed: Vec<SessionId> = owed.into_iter().filter(|id| !active.contains(id)).collect();
-    if claimed.is_empty() && owed.is_empty() {
-        return Ok(SweepReport {
-            children_released,
-            ..SweepReport::default()
-        });
+    let owed = plan.owed.into_iter().filter(|id| !active.contains(id));
+    let mut orphans = if claimed.is_empty() {
+        Vec::new()
+    } else {
+        journal.count_resumes(claimed, core.boot.clone()).await?
+    };
+    orphans.extend(owed.map(Orphan::Owed));
+    let mut report = SweepReport {
+        children_released,
+        ..SweepReport::default()
+    };
+    if orphans.is_empty() {
+        return Ok(report);
     }
-    // (4a) Count every claimed attempt durably, in one transaction, before any notice or drain.
-    // A count takes the claim for this boot, so an orphan is counted once per boot even when
-    // sweeps run concurrently; one released (or claimed by a turn of this process) since it
-    // was listed is skipped. The sweep's writes run alone: a savepoint around 10,000 rows would
-    // copy every page it touches to the statement journal.
-    let boot = core.boot.clone();
-    let mut orphans: Vec<Orphan> = persistence
-        .write_alone(move |w| {
-            let mut counted = Vec::with_capacity(claimed.len());
-            for id in claimed {
-                if let Some(attempts) = store::count_resume(w.conn(), &id, &boot)? {
-                    counted.push(Orphan::Claimed(id, attempts));
-                }
-            }
-            Ok(counted)
-        })
-        .await?;
-    orphans.extend(owed.into_iter().map(Orphan::Owed));
     crate::crash::point(crate::crash::SWEEP_AFTER_COUNT);
     crate::crash::point(crate::crash::BEFORE_CLAIM);
-    // (4b) In chunks, each one transaction: settle each orphan (see `sweep_one`). (4c) As each
-    // chunk commits, its resumes start (concurrently; registration only, never waiting for
-    // drains) while the writer commits the next chunk.
     let max = core.config.max_resume_attempts;
     let execution = Execution { core: core.clone() };
-    let chunks: Vec<Vec<Orphan>> = chunked(orphans, SWEEP_CHUNK);
-    let outcomes = chunks.into_iter().map(|chunk| {
+    let outcomes = chunked(orphans, SWEEP_CHUNK).into_iter().map(|chunk| {
         let execution = execution.clone();
-        let started = json!({ "boot": core.boot });
         async move {
-            let swept = persistence
-                .write_alone(move |w| {
-                    let mut swept = Vec::with_capacity(chunk.len());
-                    for orphan in chunk {
-                        swept.extend(sweep_one(w, orphan, max, &started)?);
-                    }
-                    Ok(swept)
-                })
-                .await?;
+            let swept = journal.sweep(chunk, max, core.boot.clone()).await?;
             // Every turn of the chunk is active before any of them drains (a claimed resume
             // drains as soon as its actor handles it); an actor whose resume starts no turn
             // deactivates its session again.
@@ -128,12 +78,11 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
                 }
             }
             let registrations = swept.iter().filter_map(|outcome| match outcome {
-                Swept::Resumed(id, resumption) => Some((id, resumption)),
+                Swept::Resumed(id, resumption) => Some((id, resumption.clone())),
                 _ => None,
             });
             let registrations = registrations.map(|(id, resumption)| {
                 let execution = execution.clone();
-                let resumption = resumption.clone();
                 async move {
                     if let Err(e) = execution.start_resume_with(id, Some(resumption)).await {
                         log::error!("sweep: could not resume session {id}: {e}");
@@ -145,10 +94,6 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
             Ok::<_, crate::Error>(swept)
         }
     });
-    let mut report = SweepReport {
-        children_released,
-        ..SweepReport::default()
-    };
     for outcome in futures::future::join_all(outcomes).await {
         for swept in outcome? {
             match swept {
@@ -159,77 +104,6 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
         }
     }
     Ok(report)
-}
-
-/// Step (4b) for one orphan, in the chunk's transaction:
-///
-/// - a claimed turn whose durable user interrupt request came after its claim, and that served
-///   nothing admitted after that request, is recorded `interrupted{user}` and released: an
-///   interrupt sticks even when the process died before the turn's terminal;
-/// - a turn over `max` attempts is recorded `failed{aborted}` and released;
-/// - any other is resumed: the restart notice and, right behind it, the turn's claim
-///   (`session.execution.started`), so each orphan's pages are dirtied once.
-///
-/// `None` when there is nothing left to do: a turn of this process ended the claim, or served
-/// the owed prompt, since the orphan was listed.
-fn sweep_one(
-    w: &mut crate::persistence::WriteCtx<'_>,
-    orphan: Orphan,
-    max: u32,
-    started: &serde_json::Value,
-) -> std::result::Result<Option<Swept>, crate::StoreError> {
-    let (id, attempts, inputs) = match orphan {
-        Orphan::Claimed(id, attempts) => {
-            let claimed =
-                store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
-            if !claimed {
-                return Ok(None);
-            }
-            let fence = store::latest_interrupt_seq(w.conn(), &id)?;
-            let claim = store::claim_seq(w.conn(), &id)?;
-            let inputs = match claim {
-                Some(claim) => store::served_inputs(w.conn(), &id, claim, fence)?,
-                None => Vec::new(),
-            };
-            let interrupted = matches!((claim, fence), (Some(c), Some(f)) if f > c);
-            if interrupted && inputs.is_empty() {
-                let reason = json!({ "reason": InterruptReason::User.as_str() });
-                w.publish(&id, kind::EXECUTION_INTERRUPTED, &reason)?;
-                return Ok(Some(Swept::Interrupted(id)));
-            }
-            (id, attempts, inputs)
-        }
-        Orphan::Owed(id) => {
-            if !store::owes_turn(w.conn(), &id)? {
-                return Ok(None);
-            }
-            let Some(attempts) = store::count_adoption(w.conn(), &id)? else {
-                return Ok(None);
-            };
-            (id, attempts, Vec::new())
-        }
-    };
-    if attempts > max {
-        let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
-        w.publish(&id, kind::EXECUTION_FAILED, &error)?;
-        // Nothing is owed any more: the turn is over, recorded as aborted.
-        store::clear_wakes(w.conn(), &id)?;
-        return Ok(Some(Swept::Terminalized(id)));
-    }
-    let notice = json!({
-        "sessionID": id,
-        "text": RESTART_NOTICE_TEXT,
-        "description": RESTART_NOTICE_DESCRIPTION,
-    });
-    let notice_seq = w.publish(&id, kind::SYNTHETIC, &notice)?.seq;
-    w.publish(&id, kind::EXECUTION_STARTED, started)?;
-    let resumption = Resumption {
-        attempt: attempts,
-        max_attempts: max,
-        notice_seq,
-        inputs,
-    };
-    Ok(Some(Swept::Resumed(id, Arc::new(resumption))))
 }
 
 /// Splits `items` into chunks of at most `size`, in order.

@@ -1,0 +1,96 @@
+//! The [`Journal`]: every durable operation of the runtime, named for what it means to a
+//! session — create it, admit a prompt, request an interrupt, claim and settle a turn, promote,
+//! append, recover — and every read of the store.
+//!
+//! It is the only importer of `store` (plain SQL over rusqlite) and of `persistence` (the writer
+//! thread that group-commits requests from many sessions, a savepoint per request, replies after
+//! COMMIT, then broadcasts the committed events). The layers above see domain types only: no
+//! method mentions a connection, a transaction or a closure over one. That is the seam a second
+//! backend plugs into: another journal with the same methods (for example over PostgreSQL)
+//! serves the same layers unchanged.
+//!
+//! Each write is one request: its checks and its writes run in one transaction (inside the
+//! request's savepoint), so the single writer serializes a check-and-write against every other
+//! write. The methods are split by concept:
+//! - `sessions`: creating sessions and the session rows;
+//! - `prompts`: admitting prompts, interrupt requests, model switches, reprojection;
+//! - `turns`: what a turn writes and reads (claim, promotions, messages, events, settle);
+//! - `recovery`: the restart sweep's plan and writes.
+
+pub(crate) mod inspect;
+mod persistence;
+mod prompts;
+mod recovery;
+mod sessions;
+pub(crate) mod store;
+mod turns;
+
+use std::sync::Arc;
+
+use tokio::sync::broadcast;
+
+use self::persistence::Persistence;
+pub use self::persistence::PersistenceStats;
+pub(crate) use self::prompts::Admitted;
+pub(crate) use self::recovery::{Orphan, Swept};
+pub use self::sessions::ClaimStats;
+pub(crate) use self::sessions::Created;
+pub use self::store::pool::Synchronous;
+pub(crate) use self::turns::Transcript;
+use crate::config::RuntimeConfig;
+use crate::error::StoreError;
+use crate::event::EventRecord;
+
+/// The durable store of one runtime: cheap to clone; every clone talks to the same writer.
+#[derive(Clone, Debug)]
+pub(crate) struct Journal {
+    persistence: Persistence,
+}
+
+impl Journal {
+    /// Opens (creating and migrating) the database the configuration names and starts its
+    /// writer thread.
+    ///
+    /// # Errors
+    /// When the database cannot be opened, is corrupt or is newer than this crate.
+    pub(crate) fn open(config: &RuntimeConfig) -> Result<Self, StoreError> {
+        let store_config = store::StoreConfig {
+            synchronous: config.synchronous,
+            busy_timeout: config.busy_timeout,
+            pool_size: config.pool_size,
+            ..store::StoreConfig::new(&config.database)
+        };
+        let pool = store::open(&store_config)?;
+        let writer = store::open_connection(&store_config)?;
+        let persistence =
+            Persistence::start(pool, writer, config.group_commit, config.bus_capacity)?;
+        Ok(Self { persistence })
+    }
+
+    /// Subscribes to every event committed from now on (broadcast after COMMIT, in commit
+    /// order).
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<EventRecord>> {
+        self.persistence.subscribe()
+    }
+
+    /// A snapshot of the writer's counters.
+    pub(crate) fn stats(&self) -> PersistenceStats {
+        self.persistence.stats()
+    }
+
+    /// Releases the SQLite memory that is not in use (after mass passivation).
+    pub(crate) async fn release_memory(&self) {
+        self.persistence.release_memory().await;
+    }
+
+    /// Finishes what is queued and stops the writer; later writes fail with
+    /// [`StoreError::Closed`].
+    pub(crate) async fn stop(&self) {
+        self.persistence.stop().await;
+    }
+}
+
+/// The current time in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    store::now_ms()
+}

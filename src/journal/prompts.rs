@@ -1,0 +1,186 @@
+//! Prompts and requests into a session: admission, interrupt requests, model switches, and the
+//! rebuild of the inbox and transcript from the log.
+
+use serde_json::{json, Value};
+
+use super::{store, Journal};
+use crate::error::StoreError;
+use crate::event::{kind, EventRecord};
+use crate::id::{MessageId, SessionId};
+use crate::model::Reprojection;
+use crate::model::{Admission, Delivery};
+
+/// What [`Journal::admit_prompt`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Admitted {
+    /// Admitted now: the inbox row and `session.prompt.admitted` committed together.
+    New(Admission),
+    /// An exact retry (same session, prompt JSON and delivery): the stored admission, pending
+    /// or promoted; nothing new was written but its wake mark.
+    Retried(Admission),
+    /// The id is stored with another prompt, delivery or session (`session` names the session
+    /// the stored record belongs to), or is already in a transcript. Nothing was written.
+    Conflict(SessionId),
+    /// The session is not stored. Nothing was written.
+    NoSession,
+}
+
+/// The event kinds whose projections are the inbox and the transcript.
+const INBOX_AND_TRANSCRIPT: &[&str] = &[
+    kind::PROMPT_ADMITTED,
+    kind::PROMPT_PROMOTED,
+    kind::MESSAGE_APPENDED,
+];
+
+/// Whether a stored admission is what this request would have admitted: same session, same
+/// delivery, same prompt JSON.
+fn equivalent(stored: &Admission, session: &SessionId, prompt: &Value, delivery: Delivery) -> bool {
+    &stored.session_id == session && stored.delivery == delivery && &stored.prompt == prompt
+}
+
+impl Journal {
+    /// Admits a prompt into the session's inbox, checking and admitting in one request.
+    ///
+    /// With `resume`, the input is marked as owed a turn in the same transaction (an exact
+    /// retry marks a pending, unfenced input too): the acknowledgement is then a durable promise
+    /// that a turn runs for it, even if the process dies before the wake reaches the session.
+    /// A conflict raised by the admission's own projection rolls the request back.
+    pub(crate) async fn admit_prompt(
+        &self,
+        session: SessionId,
+        id: MessageId,
+        prompt: Value,
+        delivery: Delivery,
+        resume: bool,
+    ) -> Result<Admitted, StoreError> {
+        let owner = session.clone();
+        let admitted = self
+            .persistence
+            .write(move |w| {
+                let conn = w.conn();
+                if !store::session_exists(conn, &session)? {
+                    return Ok(Admitted::NoSession);
+                }
+                if let Some(stored) = store::get_input(conn, &id)? {
+                    if !equivalent(&stored, &session, &prompt, delivery) {
+                        return Ok(Admitted::Conflict(stored.session_id));
+                    }
+                    let fenced = store::latest_interrupt_seq(conn, &session)?
+                        .is_some_and(|fence| stored.admitted_seq <= fence);
+                    if resume && stored.promoted_seq.is_none() && !fenced {
+                        store::mark_wake(conn, &id)?;
+                    }
+                    return Ok(Admitted::Retried(stored));
+                }
+                if let Some(owner) = store::transcript_owner(conn, &id)? {
+                    return Ok(Admitted::Conflict(owner));
+                }
+                let (admission, event) =
+                    store::admit(conn, &session, &id, &prompt, delivery, store::now_ms())?;
+                if resume {
+                    store::mark_wake(conn, &id)?;
+                }
+                if let Some(event) = event {
+                    crate::crash::point(crate::crash::DURING_ADMISSION);
+                    w.record(event);
+                }
+                Ok(Admitted::New(admission))
+            })
+            .await;
+        match admitted {
+            Err(StoreError::Conflict(_)) => Ok(Admitted::Conflict(owner)),
+            other => other,
+        }
+    }
+
+    /// Commits `session.interrupt.requested` (data `{"sessionID"}`) and drops the wake marks
+    /// of every pending input (the request fences them all). Returns the request's seq and
+    /// whether a turn held the claim, or `None` (nothing written) when the session is not
+    /// stored.
+    pub(crate) async fn request_interrupt(
+        &self,
+        session: SessionId,
+    ) -> Result<Option<(u64, bool)>, StoreError> {
+        self.persistence
+            .write(move |w| {
+                let Some(claim) = store::claim_state(w.conn(), &session)? else {
+                    return Ok(None);
+                };
+                let data = json!({ "sessionID": session });
+                let seq = w.publish(&session, kind::INTERRUPT_REQUESTED, &data)?.seq;
+                store::clear_wakes(w.conn(), &session)?;
+                Ok(Some((seq, claim.time_suspended.is_some())))
+            })
+            .await
+    }
+
+    /// Commits `session.model.switched` (data `{"sessionID", "messageID", "model"}`, with a
+    /// fresh message id); `None` when the session is not stored.
+    pub(crate) async fn switch_model(
+        &self,
+        session: SessionId,
+        model: Value,
+    ) -> Result<Option<EventRecord>, StoreError> {
+        self.persistence
+            .write(move |w| {
+                if !store::session_exists(w.conn(), &session)? {
+                    return Ok(None);
+                }
+                let data = json!({
+                    "sessionID": session,
+                    "messageID": MessageId::generate(),
+                    "model": model,
+                });
+                w.publish(&session, kind::MODEL_SWITCHED, &data).map(Some)
+            })
+            .await
+    }
+
+    /// Rebuilds the session's inbox and transcript from its log, in one transaction: deletes
+    /// those rows and replays every admission, promotion and appended message through its
+    /// projection, in seq order, marking the prompts of turns a user interrupted again. The
+    /// claim is execution state and is left as it is; wake marks are not rebuilt (a rebuild
+    /// schedules nothing). `None` when the session is not stored.
+    pub(crate) async fn reproject(
+        &self,
+        session: SessionId,
+    ) -> Result<Option<Reprojection>, StoreError> {
+        self.persistence
+            .write(move |w| {
+                let conn = w.conn();
+                if !store::session_exists(conn, &session)? {
+                    return Ok(None);
+                }
+                store::delete_projections(conn, &session)?;
+                let mut events = 0;
+                // The claim of the turn being replayed, to mark the prompts of a turn a user
+                // interrupted.
+                let mut claim = None;
+                for event in store::events_after(conn, &session, None, usize::MAX)? {
+                    match event.kind.as_str() {
+                        kind::EXECUTION_STARTED => {
+                            claim.get_or_insert(event.seq);
+                        }
+                        kind::EXECUTION_SUCCEEDED | kind::EXECUTION_FAILED => claim = None,
+                        kind::EXECUTION_INTERRUPTED if event.data["reason"] != "shutdown" => {
+                            if let Some(seq) = claim.take() {
+                                store::mark_interrupted(conn, &session, seq)?;
+                            }
+                        }
+                        _ => {}
+                    }
+                    if INBOX_AND_TRANSCRIPT.contains(&event.kind.as_str()) {
+                        store::project(conn, &event)?;
+                        events += 1;
+                    }
+                }
+                let (inputs, messages) = store::projection_counts(conn, &session)?;
+                Ok(Some(Reprojection {
+                    events,
+                    inputs,
+                    messages,
+                }))
+            })
+            .await
+    }
+}

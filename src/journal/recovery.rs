@@ -1,0 +1,182 @@
+//! The restart sweep's reads and writes: which sessions a previous process left claimed or
+//! owed a turn, their attempt counts, and settling each one (resume, abort, or record the user
+//! interrupt that came before the crash).
+
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::persistence::WriteCtx;
+use super::{store, Journal};
+use crate::error::StoreError;
+use crate::event::{kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
+use crate::id::SessionId;
+use crate::model::Resumption;
+use crate::outcome::InterruptReason;
+
+/// What the sweep has to look at.
+#[derive(Debug, Default)]
+pub(crate) struct RecoveryPlan {
+    /// Claimed top-level sessions of other boots, oldest claim first.
+    pub(crate) claimed: Vec<SessionId>,
+    /// Unclaimed top-level sessions holding an acknowledged prompt owed a turn.
+    pub(crate) owed: Vec<SessionId>,
+}
+
+/// A session the sweep takes up.
+#[derive(Debug)]
+pub(crate) enum Orphan {
+    /// Claimed by an earlier boot, with its attempt count (this boot's included).
+    Claimed(SessionId, u32),
+    /// Holding no claim but an acknowledged prompt owed a turn: the process died before the
+    /// prompt's turn started.
+    Owed(SessionId),
+}
+
+/// What the sweep did with one orphan.
+#[derive(Debug)]
+pub(crate) enum Swept {
+    /// Noticed and claimed for this boot; to be resumed with this resumption.
+    Resumed(SessionId, Arc<Resumption>),
+    /// Over its budget: recorded `failed{aborted}` and released.
+    Terminalized(SessionId),
+    /// A durable user interrupt request had stopped it: recorded `interrupted{user}`, released.
+    Interrupted(SessionId),
+}
+
+impl Journal {
+    /// Releases every claimed child session (children are never resumed on their own); returns
+    /// how many.
+    pub(crate) async fn release_child_claims(&self) -> Result<usize, StoreError> {
+        self.persistence
+            .write(|w| store::release_child_claims(w.conn()))
+            .await
+    }
+
+    /// The sessions a previous process left behind: claimed by a boot other than `boot`, or
+    /// owed a turn.
+    pub(crate) async fn recovery_plan(&self, boot: String) -> Result<RecoveryPlan, StoreError> {
+        self.persistence
+            .read(move |conn| {
+                Ok(RecoveryPlan {
+                    claimed: store::list_suspended(conn, Some(&boot))?,
+                    owed: store::adoptable(conn)?,
+                })
+            })
+            .await
+    }
+
+    /// Counts one resume attempt of each claimed session for `boot`, in one transaction of its
+    /// own, taking the claim for `boot` so a turn is counted once per boot even when sweeps run
+    /// concurrently; a session released (or claimed by this boot) since it was listed is left
+    /// out.
+    pub(crate) async fn count_resumes(
+        &self,
+        claimed: Vec<SessionId>,
+        boot: String,
+    ) -> Result<Vec<Orphan>, StoreError> {
+        // Alone: a savepoint around 10,000 rows would copy every page it touches to the
+        // statement journal.
+        self.persistence
+            .write_alone(move |w| {
+                let mut counted = Vec::with_capacity(claimed.len());
+                for id in claimed {
+                    if let Some(attempts) = store::count_resume(w.conn(), &id, &boot)? {
+                        counted.push(Orphan::Claimed(id, attempts));
+                    }
+                }
+                Ok(counted)
+            })
+            .await
+    }
+
+    /// Settles a chunk of orphans in one transaction of its own (see [`sweep_one`]).
+    pub(crate) async fn sweep(
+        &self,
+        chunk: Vec<Orphan>,
+        max: u32,
+        boot: String,
+    ) -> Result<Vec<Swept>, StoreError> {
+        self.persistence
+            .write_alone(move |w| {
+                let started = json!({ "boot": boot });
+                let mut swept = Vec::with_capacity(chunk.len());
+                for orphan in chunk {
+                    swept.extend(sweep_one(w, orphan, max, &started)?);
+                }
+                Ok(swept)
+            })
+            .await
+    }
+}
+
+/// Settles one orphan:
+///
+/// - a claimed turn whose durable user interrupt request came after its claim, and that served
+///   nothing admitted after that request, is recorded `interrupted{user}` and released: an
+///   interrupt sticks even when the process died before the turn's terminal;
+/// - a turn over `max` attempts is recorded `failed{aborted}` and released;
+/// - any other is resumed: the restart notice and, right behind it, the turn's claim
+///   (`session.execution.started`), so each orphan's pages are dirtied once.
+///
+/// `None` when there is nothing left to do: a turn of this process ended the claim, or served
+/// the owed prompt, since the orphan was listed.
+fn sweep_one(
+    w: &mut WriteCtx<'_>,
+    orphan: Orphan,
+    max: u32,
+    started: &serde_json::Value,
+) -> Result<Option<Swept>, StoreError> {
+    let (id, attempts, inputs) = match orphan {
+        Orphan::Claimed(id, attempts) => {
+            let claimed =
+                store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
+            if !claimed {
+                return Ok(None);
+            }
+            let fence = store::latest_interrupt_seq(w.conn(), &id)?;
+            let claim = store::claim_seq(w.conn(), &id)?;
+            let inputs = match claim {
+                Some(claim) => store::served_inputs(w.conn(), &id, claim, fence)?,
+                None => Vec::new(),
+            };
+            let interrupted = matches!((claim, fence), (Some(c), Some(f)) if f > c);
+            if interrupted && inputs.is_empty() {
+                let reason = json!({ "reason": InterruptReason::User.as_str() });
+                w.publish(&id, kind::EXECUTION_INTERRUPTED, &reason)?;
+                return Ok(Some(Swept::Interrupted(id)));
+            }
+            (id, attempts, inputs)
+        }
+        Orphan::Owed(id) => {
+            if !store::owes_turn(w.conn(), &id)? {
+                return Ok(None);
+            }
+            let Some(attempts) = store::count_adoption(w.conn(), &id)? else {
+                return Ok(None);
+            };
+            (id, attempts, Vec::new())
+        }
+    };
+    if attempts > max {
+        let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
+        w.publish(&id, kind::EXECUTION_FAILED, &error)?;
+        // Nothing is owed any more: the turn is over, recorded as aborted.
+        store::clear_wakes(w.conn(), &id)?;
+        return Ok(Some(Swept::Terminalized(id)));
+    }
+    let notice = json!({
+        "sessionID": id,
+        "text": RESTART_NOTICE_TEXT,
+        "description": RESTART_NOTICE_DESCRIPTION,
+    });
+    let notice_seq = w.publish(&id, kind::SYNTHETIC, &notice)?.seq;
+    w.publish(&id, kind::EXECUTION_STARTED, started)?;
+    let resumption = Resumption {
+        attempt: attempts,
+        max_attempts: max,
+        notice_seq,
+        inputs,
+    };
+    Ok(Some(Swept::Resumed(id, Arc::new(resumption))))
+}

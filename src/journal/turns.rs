@@ -1,0 +1,250 @@
+//! What a turn writes and reads: its claim, promotions, messages and events, its settlement,
+//! and the reads of the log and the transcript.
+//!
+//! A turn is claimed in one place ([`Journal::claim_turn`]: `session.execution.started`, whose
+//! projection takes the claim) and released in one place ([`Journal::settle_turn`]: the
+//! terminal event, whose projection releases the claim unless the turn was interrupted by a
+//! shutdown).
+
+use serde_json::{json, Value};
+
+use super::{store, Journal};
+use crate::error::StoreError;
+use crate::event::{kind, EventRecord};
+use crate::id::{MessageId, SessionId};
+use crate::model::{Admission, Message, MessagesQuery};
+use crate::outcome::{InterruptReason, Terminal};
+
+/// A transcript read for the session service.
+#[derive(Debug)]
+pub(crate) enum Transcript<T> {
+    /// The session is not stored.
+    Missing,
+    /// This message of the session could not be decoded.
+    Undecodable(MessageId),
+    /// The answer.
+    Found(T),
+}
+
+/// Runs `read` for a stored session, diagnosing a JSON decode failure to the first undecodable
+/// message of the session.
+fn read_transcript<T>(
+    conn: &rusqlite::Connection,
+    session: &SessionId,
+    read: impl FnOnce(&rusqlite::Connection) -> Result<T, StoreError>,
+) -> Result<Transcript<T>, StoreError> {
+    if !store::session_exists(conn, session)? {
+        return Ok(Transcript::Missing);
+    }
+    match read(conn) {
+        Ok(found) => Ok(Transcript::Found(found)),
+        Err(StoreError::Json(e)) => store::undecodable_message(conn, session)?
+            .map(Transcript::Undecodable)
+            .ok_or(StoreError::Json(e)),
+        Err(other) => Err(other),
+    }
+}
+
+/// The event (wire name and payload) that records `terminal`.
+fn terminal_event(terminal: &Terminal) -> (&'static str, Value) {
+    match terminal {
+        Terminal::Succeeded => (kind::EXECUTION_SUCCEEDED, json!({})),
+        Terminal::Failed { error } => (kind::EXECUTION_FAILED, json!({ "error": error })),
+        Terminal::Interrupted { reason } => (
+            kind::EXECUTION_INTERRUPTED,
+            json!({ "reason": reason.as_str() }),
+        ),
+    }
+}
+
+impl Journal {
+    /// Claims a turn of `session` for process boot `boot`: commits `session.execution.started`
+    /// (data `{"boot"}`), whose projection takes the claim. Resolves once it is durable.
+    pub(crate) async fn claim_turn(
+        &self,
+        session: SessionId,
+        boot: String,
+    ) -> Result<(), StoreError> {
+        self.persistence
+            .write(move |w| {
+                w.publish(&session, kind::EXECUTION_STARTED, &json!({ "boot": boot }))?;
+                crate::crash::point(crate::crash::DURING_CLAIM);
+                Ok(())
+            })
+            .await
+    }
+
+    /// Records how the turn of `session` ended, which releases its claim — except after a
+    /// shutdown, which keeps it for the next boot. For any other ending, decided while the claim
+    /// is still held: returns the admission seq of the next queued prompt the session must run
+    /// in a turn of its own (see `store::settle`).
+    pub(crate) async fn settle_turn(
+        &self,
+        session: SessionId,
+        terminal: Terminal,
+    ) -> Result<Option<u64>, StoreError> {
+        let shutdown = terminal
+            == Terminal::Interrupted {
+                reason: InterruptReason::Shutdown,
+            };
+        let (event, data) = terminal_event(&terminal);
+        self.persistence
+            .write(move |w| {
+                let next = if shutdown {
+                    None
+                } else {
+                    store::settle(w.conn(), &session)?
+                };
+                w.publish(&session, event, &data)?;
+                Ok(next)
+            })
+            .await
+    }
+
+    /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`),
+    /// in admission order; each promotion commits its event, `promoted_seq` and transcript row
+    /// together.
+    pub(crate) async fn promote_steer(
+        &self,
+        session: SessionId,
+        cutoff: Option<u64>,
+    ) -> Result<Vec<Admission>, StoreError> {
+        self.persistence
+            .write(move |w| {
+                let promoted = store::promote_steer(w.conn(), &session, cutoff, store::now_ms())?;
+                if !promoted.is_empty() {
+                    crate::crash::point(crate::crash::DURING_PROMOTION);
+                }
+                Ok(promoted
+                    .into_iter()
+                    .map(|(admission, event)| {
+                        w.record(event);
+                        admission
+                    })
+                    .collect())
+            })
+            .await
+    }
+
+    /// Promotes the oldest pending `queue` input, if any.
+    pub(crate) async fn promote_queue(
+        &self,
+        session: SessionId,
+    ) -> Result<Option<Admission>, StoreError> {
+        self.persistence
+            .write(move |w| {
+                let promoted = store::promote_queue(w.conn(), &session, store::now_ms())?;
+                if promoted.is_some() {
+                    crate::crash::point(crate::crash::DURING_PROMOTION);
+                }
+                Ok(promoted.map(|(admission, event)| {
+                    w.record(event);
+                    admission
+                }))
+            })
+            .await
+    }
+
+    /// Appends a message of type `kind` to the transcript with its `session.message.appended`
+    /// event, under a fresh id, and returns the id.
+    pub(crate) async fn append_message(
+        &self,
+        session: SessionId,
+        kind: String,
+        data: Value,
+    ) -> Result<MessageId, StoreError> {
+        let message = MessageId::generate();
+        let id = message.clone();
+        self.persistence
+            .write(move |w| {
+                let event =
+                    store::append_message(w.conn(), &session, &id, &kind, &data, store::now_ms())?;
+                w.record(event);
+                Ok(())
+            })
+            .await?;
+        Ok(message)
+    }
+
+    /// Publishes a runner-defined event (no projection) on the session's log.
+    pub(crate) async fn publish(
+        &self,
+        session: SessionId,
+        name: String,
+        data: Value,
+    ) -> Result<EventRecord, StoreError> {
+        self.persistence
+            .write(move |w| w.publish(&session, &name, &data))
+            .await
+    }
+
+    /// The session's pending inputs, in admission order.
+    pub(crate) async fn pending(&self, session: SessionId) -> Result<Vec<Admission>, StoreError> {
+        self.persistence
+            .read(move |conn| store::pending_inputs(conn, &session))
+            .await
+    }
+
+    /// Up to `limit` events of `session` with seq greater than `after` (all when `None`).
+    pub(crate) async fn events_after(
+        &self,
+        session: SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        self.persistence
+            .read(move |conn| store::events_after(conn, &session, after, limit))
+            .await
+    }
+
+    /// The whole transcript of `session` in seq order (empty for an unknown session).
+    pub(crate) async fn context(&self, session: SessionId) -> Result<Vec<Message>, StoreError> {
+        self.persistence
+            .read(move |conn| store::context(conn, &session))
+            .await
+    }
+
+    /// The whole transcript of a stored session in seq order, with decode failures named.
+    pub(crate) async fn transcript(
+        &self,
+        session: SessionId,
+    ) -> Result<Transcript<Vec<Message>>, StoreError> {
+        self.persistence
+            .read(move |conn| {
+                read_transcript(conn, &session, |conn| store::context(conn, &session))
+            })
+            .await
+    }
+
+    /// One page of a stored session's transcript, with decode failures named.
+    pub(crate) async fn messages(
+        &self,
+        query: MessagesQuery,
+    ) -> Result<Transcript<Vec<Message>>, StoreError> {
+        self.persistence
+            .read(move |conn| {
+                read_transcript(conn, &query.session_id, |conn| {
+                    store::messages(conn, &query)
+                })
+            })
+            .await
+    }
+
+    /// Message `message` if it belongs to `session`; a stored payload that cannot be decoded is
+    /// [`Transcript::Undecodable`].
+    pub(crate) async fn message(
+        &self,
+        session: SessionId,
+        message: MessageId,
+    ) -> Result<Transcript<Option<Message>>, StoreError> {
+        self.persistence
+            .read(
+                move |conn| match store::get_message(conn, &session, &message) {
+                    Ok(found) => Ok(Transcript::Found(found)),
+                    Err(StoreError::Json(_)) => Ok(Transcript::Undecodable(message)),
+                    Err(other) => Err(other),
+                },
+            )
+            .await
+    }
+}
