@@ -25,6 +25,8 @@ impl ChildProcess {
         let mut command = std::process::Command::new(exe);
         command
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
+            // An `#[ignore]`d test's children run too (the parent itself was asked for).
+            .arg("--include-ignored")
             .env_remove("DS_CRASH_POINT")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
