@@ -41,7 +41,8 @@
 //! left (queued prompts continue), and leaves no claim. Every acknowledged prompt has then run
 //! (been promoted) without any retry, unless a later interrupt request fenced it or an `aborted`
 //! turn gave it up. The client then retries, exactly (same id, body and delivery), only the
-//! prompts it never saw acknowledged; every prompt is then promoted or fenced; one more queued
+//! prompts it never saw acknowledged; every prompt is then promoted, fenced, or (acknowledged,
+//! not retried) given up by an `aborted` turn; one more queued
 //! prompt per session leaves nothing pending and every user message no user interrupted
 //! answered exactly once. Repeating a crash at the same point `budget + 1` boots in a row — or,
 //! from a session owed a turn, crashing its adopted turn on every boot — ends in `aborted`,
