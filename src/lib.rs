@@ -61,7 +61,7 @@ pub use recovery::SweepReport;
 pub use registry::RegistryStats;
 pub use runner::Runner;
 pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
-pub use service::{CreateSession, PromptInput, SessionEvents, Sessions};
+pub use service::{CreateSession, Creation, PromptInput, SessionEvents, Sessions};
 pub use turn::{Turn, TurnCause};
 
 /// The README's examples, compiled as doctests.

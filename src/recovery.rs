@@ -72,16 +72,20 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
             // Every turn of the chunk is active before any of them drains (a claimed resume
             // drains as soon as its actor handles it); an actor whose resume starts no turn
             // deactivates its session again.
-            for outcome in &swept {
-                if let Swept::Resumed(id, _) = outcome {
-                    execution.core.registry.activate(id);
-                }
+            let registrations: Vec<_> = swept
+                .iter()
+                .filter_map(|outcome| match outcome {
+                    Swept::Resumed(id, resumption)
+                    | Swept::InterruptedThenResumed(id, resumption) => {
+                        Some((id, resumption.clone()))
+                    }
+                    _ => None,
+                })
+                .collect();
+            for (id, _) in &registrations {
+                execution.core.registry.activate(id);
             }
-            let registrations = swept.iter().filter_map(|outcome| match outcome {
-                Swept::Resumed(id, resumption) => Some((id, resumption.clone())),
-                _ => None,
-            });
-            let registrations = registrations.map(|(id, resumption)| {
+            let registrations = registrations.into_iter().map(|(id, resumption)| {
                 let execution = execution.clone();
                 async move {
                     if let Err(e) = execution.start_resume_with(id, Some(resumption)).await {
@@ -100,6 +104,10 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
                 Swept::Resumed(id, _) => report.resumed.push(id),
                 Swept::Terminalized(id) => report.terminalized.push(id),
                 Swept::Interrupted(id) => report.interrupted.push(id),
+                Swept::InterruptedThenResumed(id, _) => {
+                    report.interrupted.push(id.clone());
+                    report.resumed.push(id);
+                }
             }
         }
     }

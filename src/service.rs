@@ -52,6 +52,41 @@ pub struct CreateSession {
     pub model: Option<serde_json::Value>,
 }
 
+/// What [`Sessions::create`] did: created the session, or found it stored. Derefs to the
+/// session either way.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Creation {
+    /// The session was created now (its row and `session.created` committed together).
+    Created(SessionInfo),
+    /// A session with this id was stored already; it is returned unchanged.
+    Existing(SessionInfo),
+}
+
+impl Creation {
+    /// Whether the session was created by this call.
+    pub fn is_created(&self) -> bool {
+        matches!(self, Creation::Created(_))
+    }
+
+    /// The session.
+    pub fn into_info(self) -> SessionInfo {
+        match self {
+            Creation::Created(info) | Creation::Existing(info) => info,
+        }
+    }
+}
+
+impl std::ops::Deref for Creation {
+    type Target = SessionInfo;
+
+    fn deref(&self) -> &SessionInfo {
+        match self {
+            Creation::Created(info) | Creation::Existing(info) => info,
+        }
+    }
+}
+
 /// The session service: create, list, prompt, read transcripts and event streams. Cheap to clone.
 ///
 /// Every method must be called inside the actix `System` the runtime was started in.
@@ -92,16 +127,16 @@ impl Sessions {
     }
 
     /// Creates a session, idempotently by id: an existing id returns the stored session
-    /// unchanged (the other fields are ignored), and concurrent creates of one id yield one row,
-    /// one `session.created` event and the same answer. The row and its `session.created` event
-    /// (seq 0) commit together.
+    /// unchanged (the other fields are ignored) as [`Creation::Existing`], and concurrent
+    /// creates of one id yield one row, one `session.created` event and exactly one
+    /// [`Creation::Created`]. The row and its `session.created` event (seq 0) commit together.
     ///
     /// # Errors
     /// [`Error::NotFound`] when `parent_id` names no session (checked only when `id` is not
     /// stored yet); [`Error::InvalidInput`] for a title over [`MAX_TEXT_BYTES`], a directory over
     /// 4096 bytes or with control characters, a bad agent name, or a model that is not a JSON
     /// object or string within [`MAX_MODEL_BYTES`]; [`Error::Store`] when the write fails.
-    pub async fn create(&self, input: CreateSession) -> Result<SessionInfo> {
+    pub async fn create(&self, input: CreateSession) -> Result<Creation> {
         if input
             .title
             .as_ref()
@@ -137,7 +172,8 @@ impl Sessions {
             resume_attempts: 0,
         };
         match self.core.journal.create_session(info).await? {
-            Created::New(info) | Created::Existing(info) => Ok(info),
+            Created::New(info) => Ok(Creation::Created(info)),
+            Created::Existing(info) => Ok(Creation::Existing(info)),
             Created::NoParent(parent) => Err(Error::NotFound { session_id: parent }),
         }
     }

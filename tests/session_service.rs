@@ -11,8 +11,8 @@ use std::time::Duration;
 use durable_sessions::event::kind;
 use durable_sessions::testing::{self, DrainRecord, Gate, Script, ScriptedRunner};
 use durable_sessions::{
-    Admission, Anchor, CreateSession, Cursor, Delivery, Direction, Error, ListQuery, MessageId,
-    MessagesQuery, Order, ParentFilter, PromptInput, Runtime, RuntimeConfig, SessionId,
+    Admission, Anchor, CreateSession, Creation, Cursor, Delivery, Direction, Error, ListQuery,
+    MessageId, MessagesQuery, Order, ParentFilter, PromptInput, Runtime, RuntimeConfig, SessionId,
     SessionInfo, Sessions, Terminal,
 };
 use futures::future::join_all;
@@ -94,6 +94,8 @@ async fn create_is_idempotent_by_id() {
         })
         .await
         .unwrap();
+    assert!(first.is_created() && !again.is_created());
+    let (first, again) = (first.into_info(), again.into_info());
     assert_eq!(again, first);
     assert_eq!(sessions.get(&sid("a")).await.unwrap(), first);
     assert_eq!(first.title, "first");
@@ -170,11 +172,17 @@ async fn concurrent_creates_of_one_id_make_one_row_and_the_same_answer() {
                 .await
         }
     });
-    let answers: Vec<SessionInfo> = join_all(creates)
+    let answers: Vec<Creation> = join_all(creates)
         .await
         .into_iter()
         .map(|r| r.unwrap())
         .collect();
+    let created = answers.iter().filter(|a| a.is_created()).count();
+    assert_eq!(
+        created, 1,
+        "exactly one create of the id created it: {answers:?}"
+    );
+    let answers: Vec<SessionInfo> = answers.into_iter().map(Creation::into_info).collect();
     assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
     assert_eq!(sessions.get(&sid("race")).await.unwrap(), answers[0]);
     assert_eq!(count(&db, "SELECT COUNT(*) FROM session"), 1);

@@ -6,12 +6,11 @@ use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::{extract, State};
-use crate::error::Error;
 use crate::id::{MessageId, SessionId};
 use crate::model::{
     Anchor, Cursor, Delivery, Direction, ListQuery, MessagesQuery, Order, ParentFilter,
 };
-use crate::service::{CreateSession, PromptInput};
+use crate::service::{CreateSession, Creation, PromptInput};
 
 /// `POST /sessions` body.
 #[derive(Debug, Deserialize)]
@@ -33,15 +32,9 @@ pub(super) async fn create(
 ) -> Result<HttpResponse, ApiError> {
     let body = extract::body(&req, payload, state.options.max_body_bytes).await?;
     let body: CreateBody = extract::json(&body)?;
-    let sessions = state.runtime.sessions();
-    if let Some(id) = &body.id {
-        match sessions.get(id).await {
-            Ok(stored) => return Ok(HttpResponse::Ok().json(stored)),
-            Err(Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    let created = sessions
+    let creation = state
+        .runtime
+        .sessions()
         .create(CreateSession {
             id: body.id,
             parent_id: body.parent_id,
@@ -51,7 +44,10 @@ pub(super) async fn create(
             model: body.model,
         })
         .await?;
-    Ok(HttpResponse::Created().json(created))
+    Ok(match creation {
+        Creation::Created(info) => HttpResponse::Created().json(info),
+        Creation::Existing(info) => HttpResponse::Ok().json(info),
+    })
 }
 
 /// `GET /sessions` query.

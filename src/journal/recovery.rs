@@ -42,6 +42,9 @@ pub(crate) enum Swept {
     Terminalized(SessionId),
     /// A durable user interrupt request had stopped it: recorded `interrupted{user}`, released.
     Interrupted(SessionId),
+    /// As [`Swept::Interrupted`], then taken up again for a prompt acknowledged after the
+    /// interrupt request, which is still owed its turn.
+    InterruptedThenResumed(SessionId, Arc<Resumption>),
 }
 
 impl Journal {
@@ -144,26 +147,63 @@ fn sweep_one(
             if interrupted && inputs.is_empty() {
                 let reason = json!({ "reason": InterruptReason::User.as_str() });
                 w.publish(&id, kind::EXECUTION_INTERRUPTED, &reason)?;
-                return Ok(Some(Swept::Interrupted(id)));
+                // A prompt acknowledged after the interrupt request is still owed its turn.
+                return Ok(Some(match adopt(w, &id, max, started)? {
+                    Some(Swept::Resumed(id, resumption)) => {
+                        Swept::InterruptedThenResumed(id, resumption)
+                    }
+                    _ => Swept::Interrupted(id),
+                }));
             }
             (id, attempts, inputs)
         }
-        Orphan::Owed(id) => {
-            if !store::owes_turn(w.conn(), &id)? {
-                return Ok(None);
-            }
-            let Some(attempts) = store::count_adoption(w.conn(), &id)? else {
-                return Ok(None);
-            };
-            (id, attempts, Vec::new())
-        }
+        Orphan::Owed(id) => return adopt(w, &id, max, started),
     };
+    Ok(Some(resume_or_abort(
+        w, id, attempts, max, inputs, started,
+    )?))
+}
+
+/// Takes up a session holding no claim whose acknowledged prompt is owed a turn: counts an
+/// attempt and resumes it (or aborts it over budget). `None` when nothing is owed any more.
+fn adopt(
+    w: &mut WriteCtx<'_>,
+    id: &SessionId,
+    max: u32,
+    started: &serde_json::Value,
+) -> Result<Option<Swept>, StoreError> {
+    if !store::owes_turn(w.conn(), id)? {
+        return Ok(None);
+    }
+    let Some(attempts) = store::count_adoption(w.conn(), id)? else {
+        return Ok(None);
+    };
+    Ok(Some(resume_or_abort(
+        w,
+        id.clone(),
+        attempts,
+        max,
+        Vec::new(),
+        started,
+    )?))
+}
+
+/// Records `failed{aborted}` for a turn over `max` attempts; otherwise publishes the restart
+/// notice and the turn's claim, and returns what the resumed turn is to serve.
+fn resume_or_abort(
+    w: &mut WriteCtx<'_>,
+    id: SessionId,
+    attempts: u32,
+    max: u32,
+    inputs: Vec<crate::model::Admission>,
+    started: &serde_json::Value,
+) -> Result<Swept, StoreError> {
     if attempts > max {
         let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
         w.publish(&id, kind::EXECUTION_FAILED, &error)?;
         // Nothing is owed any more: the turn is over, recorded as aborted.
         store::clear_wakes(w.conn(), &id)?;
-        return Ok(Some(Swept::Terminalized(id)));
+        return Ok(Swept::Terminalized(id));
     }
     let notice = json!({
         "sessionID": id,
@@ -178,5 +218,5 @@ fn sweep_one(
         notice_seq,
         inputs,
     };
-    Ok(Some(Swept::Resumed(id, Arc::new(resumption))))
+    Ok(Swept::Resumed(id, Arc::new(resumption)))
 }

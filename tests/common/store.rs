@@ -286,16 +286,17 @@ impl StoreView {
         })
     }
 
-    /// The sessions the restart sweep adopts: top-level, holding no claim, and holding a pending
-    /// input with its wake mark admitted after the session's latest interrupt request (an
-    /// acknowledged prompt whose turn never started).
+    /// The sessions the restart sweep adopts: top-level, holding no claim (or a claim a user
+    /// interrupt fenced, which the sweep releases first), and holding a pending input with its
+    /// wake mark admitted after the session's latest interrupt request (an acknowledged prompt
+    /// whose turn never started).
     pub fn owed(&self) -> BTreeSet<String> {
         self.sessions
             .iter()
             .filter(|(id, row)| {
                 let fence = self.interrupt_fence(id);
                 row.parent.is_none()
-                    && !row.claimed
+                    && (!row.claimed || self.interrupt_fenced(id))
                     && self.inputs.values().any(|input| {
                         &input.session == *id
                             && input.wake
