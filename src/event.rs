@@ -1,8 +1,12 @@
-//! Durable session events: wire names and the stored [`EventRecord`].
+//! Durable session events: the events the runtime publishes itself, typed ([`SessionEvent`]),
+//! their wire names ([`kind`]), and the stored [`EventRecord`] every event becomes.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::id::SessionId;
+use crate::id::{MessageId, SessionId};
+use crate::model::{Delivery, SessionInfo};
+use crate::outcome::{InterruptReason, SessionError, Terminal};
 
 /// Wire names of the events the runtime itself publishes (the `type` column).
 pub mod kind {
@@ -67,4 +71,299 @@ pub struct EventRecord {
     pub data: serde_json::Value,
     /// Commit time in milliseconds since the Unix epoch.
     pub time: i64,
+}
+
+/// An event the runtime publishes itself. Serialized adjacently tagged, as `{"type": <wire
+/// name>, "data": <payload>}`: the payload is exactly what is stored and what clients read in
+/// an [`EventRecord`]'s `data`. The projections (claims, the inbox, the transcript) match on these
+/// variants. Runner-defined events (`Turn::publish`) are not typed: they have no projection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+#[non_exhaustive]
+pub enum SessionEvent {
+    /// A session row was created (always seq 0).
+    #[serde(rename = "session.created")]
+    Created {
+        /// The row as created.
+        info: SessionInfo,
+    },
+    /// A turn started: its projection takes the claim.
+    #[serde(rename = "session.execution.started")]
+    ExecutionStarted {
+        /// The process boot that claimed the turn.
+        #[serde(default)]
+        boot: String,
+    },
+    /// A turn ended naturally: releases the claim.
+    #[serde(rename = "session.execution.succeeded")]
+    ExecutionSucceeded {},
+    /// A turn failed (or ran out of resume attempts, `aborted`): releases the claim.
+    #[serde(rename = "session.execution.failed")]
+    ExecutionFailed {
+        /// What went wrong.
+        error: SessionError,
+    },
+    /// A turn was interrupted: releases the claim, except for a shutdown.
+    #[serde(rename = "session.execution.interrupted")]
+    ExecutionInterrupted {
+        /// Why.
+        reason: InterruptReason,
+    },
+    /// A prompt entered the inbox.
+    #[serde(rename = "session.prompt.admitted")]
+    PromptAdmitted {
+        /// The prompt's message id.
+        #[serde(rename = "messageID")]
+        message_id: MessageId,
+        /// The prompt.
+        prompt: Value,
+        /// How it enters a turn.
+        delivery: Delivery,
+    },
+    /// A pending prompt entered the transcript.
+    #[serde(rename = "session.prompt.promoted")]
+    PromptPromoted {
+        /// The prompt's message id.
+        #[serde(rename = "messageID")]
+        message_id: MessageId,
+        /// The prompt.
+        prompt: Value,
+        /// How it entered the turn.
+        delivery: Delivery,
+    },
+    /// A runner appended a message to the transcript.
+    #[serde(rename = "session.message.appended")]
+    MessageAppended {
+        /// The message id.
+        #[serde(rename = "messageID")]
+        message_id: MessageId,
+        /// The message type, such as `assistant`.
+        #[serde(rename = "type")]
+        kind: String,
+        /// The payload.
+        data: Value,
+    },
+    /// A user asked to interrupt the session; its seq is the interrupt fence.
+    #[serde(rename = "session.interrupt.requested")]
+    InterruptRequested {
+        /// The session.
+        #[serde(rename = "sessionID")]
+        session_id: SessionId,
+    },
+    /// The session's model was switched.
+    #[serde(rename = "session.model.switched")]
+    ModelSwitched {
+        /// The session.
+        #[serde(rename = "sessionID")]
+        session_id: SessionId,
+        /// A fresh message id naming the switch.
+        #[serde(rename = "messageID")]
+        message_id: MessageId,
+        /// The new model.
+        model: Value,
+    },
+    /// The restart sweep's "continue" notice (runners may publish other synthetic events,
+    /// untyped).
+    #[serde(rename = "session.synthetic")]
+    RestartNotice {
+        /// The session.
+        #[serde(rename = "sessionID")]
+        session_id: SessionId,
+        /// [`RESTART_NOTICE_TEXT`].
+        text: String,
+        /// [`RESTART_NOTICE_DESCRIPTION`].
+        description: String,
+    },
+}
+
+impl SessionEvent {
+    /// The event that records how a turn ended.
+    pub fn terminal(terminal: &Terminal) -> Self {
+        match terminal {
+            Terminal::Succeeded => SessionEvent::ExecutionSucceeded {},
+            Terminal::Failed { error } => SessionEvent::ExecutionFailed {
+                error: error.clone(),
+            },
+            Terminal::Interrupted { reason } => {
+                SessionEvent::ExecutionInterrupted { reason: *reason }
+            }
+        }
+    }
+
+    /// The restart notice for `session`.
+    pub fn restart_notice(session: &SessionId) -> Self {
+        SessionEvent::RestartNotice {
+            session_id: session.clone(),
+            text: RESTART_NOTICE_TEXT.into(),
+            description: RESTART_NOTICE_DESCRIPTION.into(),
+        }
+    }
+
+    /// The `aborted` failure of a turn over its resume budget.
+    pub fn aborted() -> Self {
+        SessionEvent::ExecutionFailed {
+            error: SessionError::new("aborted", ABORTED_MESSAGE),
+        }
+    }
+
+    /// The wire name (the `type` column).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SessionEvent::Created { .. } => kind::CREATED,
+            SessionEvent::ExecutionStarted { .. } => kind::EXECUTION_STARTED,
+            SessionEvent::ExecutionSucceeded {} => kind::EXECUTION_SUCCEEDED,
+            SessionEvent::ExecutionFailed { .. } => kind::EXECUTION_FAILED,
+            SessionEvent::ExecutionInterrupted { .. } => kind::EXECUTION_INTERRUPTED,
+            SessionEvent::PromptAdmitted { .. } => kind::PROMPT_ADMITTED,
+            SessionEvent::PromptPromoted { .. } => kind::PROMPT_PROMOTED,
+            SessionEvent::MessageAppended { .. } => kind::MESSAGE_APPENDED,
+            SessionEvent::InterruptRequested { .. } => kind::INTERRUPT_REQUESTED,
+            SessionEvent::ModelSwitched { .. } => kind::MODEL_SWITCHED,
+            SessionEvent::RestartNotice { .. } => kind::SYNTHETIC,
+        }
+    }
+
+    /// The payload (`data`), as stored and sent: keys in the order `serde_json` sorts them.
+    ///
+    /// # Errors
+    /// When a payload cannot be encoded as JSON (a map with non-string keys in a prompt).
+    pub fn data(&self) -> Result<Value, serde_json::Error> {
+        let mut tagged = serde_json::to_value(self)?;
+        Ok(tagged["data"].take())
+    }
+
+    /// Decodes a stored event of a kind that has a projection (`session.created`, the
+    /// `session.execution.*` events, admissions, promotions and appended messages); `None` for
+    /// any other kind, whose payload the runtime never reads back.
+    ///
+    /// # Errors
+    /// When the payload does not have the shape of its kind: the log is inconsistent.
+    pub fn projected(kind: &str, data: &Value) -> Option<Result<Self, serde_json::Error>> {
+        if !PROJECTED.contains(&kind) {
+            return None;
+        }
+        let tagged = serde_json::json!({ "type": kind, "data": data });
+        Some(serde_json::from_value(tagged))
+    }
+
+    /// Whether recording this event releases the session's claim: every terminal of a turn
+    /// but an interruption by shutdown, which keeps the claim for the next boot.
+    pub fn releases_claim(&self) -> bool {
+        match self {
+            SessionEvent::ExecutionSucceeded {} | SessionEvent::ExecutionFailed { .. } => true,
+            SessionEvent::ExecutionInterrupted { reason } => *reason != InterruptReason::Shutdown,
+            _ => false,
+        }
+    }
+}
+
+/// The kinds whose projections write tables.
+const PROJECTED: &[&str] = &[
+    kind::CREATED,
+    kind::EXECUTION_STARTED,
+    kind::EXECUTION_SUCCEEDED,
+    kind::EXECUTION_FAILED,
+    kind::EXECUTION_INTERRUPTED,
+    kind::PROMPT_ADMITTED,
+    kind::PROMPT_PROMOTED,
+    kind::MESSAGE_APPENDED,
+];
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The payload of every typed event is byte for byte what the runtime stored before events
+    /// were typed (`json!` objects, whose keys `serde_json` sorts).
+    #[test]
+    fn payloads_keep_their_wire_bytes() -> Result<(), Box<dyn std::error::Error>> {
+        let s = SessionId::new("s")?;
+        let m = MessageId::new("m")?;
+        let cases: Vec<(SessionEvent, Value)> = vec![
+            (
+                SessionEvent::ExecutionStarted { boot: "b".into() },
+                json!({ "boot": "b" }),
+            ),
+            (SessionEvent::ExecutionSucceeded {}, json!({})),
+            (
+                SessionEvent::aborted(),
+                json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } }),
+            ),
+            (
+                SessionEvent::ExecutionInterrupted {
+                    reason: InterruptReason::User,
+                },
+                json!({ "reason": "user" }),
+            ),
+            (
+                SessionEvent::PromptAdmitted {
+                    message_id: m.clone(),
+                    prompt: json!({ "text": "hi" }),
+                    delivery: Delivery::Queue,
+                },
+                json!({ "messageID": "m", "prompt": { "text": "hi" }, "delivery": "queue" }),
+            ),
+            (
+                SessionEvent::MessageAppended {
+                    message_id: m.clone(),
+                    kind: "assistant".into(),
+                    data: json!({ "b": 1, "a": [2] }),
+                },
+                json!({ "messageID": "m", "type": "assistant", "data": { "b": 1, "a": [2] } }),
+            ),
+            (
+                SessionEvent::InterruptRequested {
+                    session_id: s.clone(),
+                },
+                json!({ "sessionID": "s" }),
+            ),
+            (
+                SessionEvent::ModelSwitched {
+                    session_id: s.clone(),
+                    message_id: m,
+                    model: json!("gpt"),
+                },
+                json!({ "sessionID": "s", "messageID": "m", "model": "gpt" }),
+            ),
+            (
+                SessionEvent::restart_notice(&s),
+                json!({
+                    "sessionID": "s",
+                    "text": RESTART_NOTICE_TEXT,
+                    "description": RESTART_NOTICE_DESCRIPTION,
+                }),
+            ),
+        ];
+        for (event, expected) in cases {
+            let data = event.data()?;
+            assert_eq!(
+                serde_json::to_string(&data)?,
+                serde_json::to_string(&expected)?,
+                "{}",
+                event.kind()
+            );
+            if let Some(decoded) = SessionEvent::projected(event.kind(), &data) {
+                assert_eq!(decoded?, event);
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn only_a_shutdown_keeps_the_claim() {
+        for (reason, releases) in [
+            (InterruptReason::User, true),
+            (InterruptReason::Superseded, true),
+            (InterruptReason::Shutdown, false),
+        ] {
+            assert_eq!(
+                SessionEvent::ExecutionInterrupted { reason }.releases_claim(),
+                releases
+            );
+        }
+        assert!(SessionEvent::aborted().releases_claim());
+        assert!(!SessionEvent::ExecutionStarted { boot: "b".into() }.releases_claim());
+    }
 }

@@ -45,7 +45,7 @@ pub mod turn;
 
 pub use config::RuntimeConfig;
 pub use error::{Error, Result, StoreError};
-pub use event::EventRecord;
+pub use event::{EventRecord, SessionEvent};
 pub use execution::Execution;
 pub use id::{MessageId, SessionId};
 pub use journal::{ClaimStats, PersistenceStats, Synchronous};

@@ -18,7 +18,7 @@ use rusqlite::Connection;
 use tokio::sync::broadcast;
 
 use crate::error::StoreError;
-use crate::event::EventRecord;
+use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::store::{self, pool::Pool};
 
@@ -61,8 +61,8 @@ impl WriteCtx<'_> {
         self.conn
     }
 
-    /// Appends an event (assigning its seq and running its projection) and remembers it for the
-    /// bus.
+    /// Appends an event given by wire name and payload (a runner-defined event), assigning its
+    /// seq and running its projection, and remembers it for the bus.
     pub(crate) fn publish(
         &mut self,
         session: &SessionId,
@@ -70,6 +70,18 @@ impl WriteCtx<'_> {
         data: &serde_json::Value,
     ) -> Result<EventRecord, StoreError> {
         let record = store::publish(self.conn, session, kind, data, store::now_ms())?;
+        self.events.push(record.clone());
+        Ok(record)
+    }
+
+    /// Appends a runtime event (assigning its seq and running its projection) and remembers it
+    /// for the bus.
+    pub(crate) fn append(
+        &mut self,
+        session: &SessionId,
+        event: &SessionEvent,
+    ) -> Result<EventRecord, StoreError> {
+        let record = store::append(self.conn, session, event, store::now_ms())?;
         self.events.push(record.clone());
         Ok(record)
     }

@@ -1,11 +1,11 @@
 //! Prompts and requests into a session: admission, interrupt requests, model switches, and the
 //! rebuild of the inbox and transcript from the log.
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{store, Journal};
 use crate::error::StoreError;
-use crate::event::{kind, EventRecord};
+use crate::event::{kind, EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::model::Reprojection;
 use crate::model::{Admission, Delivery};
@@ -106,8 +106,10 @@ impl Journal {
                 let Some(claim) = store::claim_state(w.conn(), &session)? else {
                     return Ok(None);
                 };
-                let data = json!({ "sessionID": session });
-                let seq = w.publish(&session, kind::INTERRUPT_REQUESTED, &data)?.seq;
+                let request = SessionEvent::InterruptRequested {
+                    session_id: session.clone(),
+                };
+                let seq = w.append(&session, &request)?.seq;
                 store::clear_wakes(w.conn(), &session)?;
                 Ok(Some((seq, claim.time_suspended.is_some())))
             })
@@ -126,12 +128,12 @@ impl Journal {
                 if !store::session_exists(w.conn(), &session)? {
                     return Ok(None);
                 }
-                let data = json!({
-                    "sessionID": session,
-                    "messageID": MessageId::generate(),
-                    "model": model,
-                });
-                w.publish(&session, kind::MODEL_SWITCHED, &data).map(Some)
+                let switched = SessionEvent::ModelSwitched {
+                    session_id: session.clone(),
+                    message_id: MessageId::generate(),
+                    model,
+                };
+                w.append(&session, &switched).map(Some)
             })
             .await
     }
@@ -157,13 +159,15 @@ impl Journal {
                 // interrupted.
                 let mut claim = None;
                 for event in store::events_after(conn, &session, None, usize::MAX)? {
-                    match event.kind.as_str() {
-                        kind::EXECUTION_STARTED => {
+                    match SessionEvent::projected(&event.kind, &event.data) {
+                        Some(Ok(SessionEvent::ExecutionStarted { .. })) => {
                             claim.get_or_insert(event.seq);
                         }
-                        kind::EXECUTION_SUCCEEDED | kind::EXECUTION_FAILED => claim = None,
-                        kind::EXECUTION_INTERRUPTED if event.data["reason"] != "shutdown" => {
-                            if let Some(seq) = claim.take() {
+                        Some(Ok(terminal)) if terminal.releases_claim() => {
+                            let claimed = claim.take();
+                            if let (SessionEvent::ExecutionInterrupted { .. }, Some(seq)) =
+                                (terminal, claimed)
+                            {
                                 store::mark_interrupted(conn, &session, seq)?;
                             }
                         }

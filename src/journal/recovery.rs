@@ -4,12 +4,10 @@
 
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::persistence::WriteCtx;
 use super::{store, Journal};
 use crate::error::StoreError;
-use crate::event::{kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
+use crate::event::SessionEvent;
 use crate::id::SessionId;
 use crate::model::Resumption;
 use crate::outcome::InterruptReason;
@@ -102,7 +100,7 @@ impl Journal {
     ) -> Result<Vec<Swept>, StoreError> {
         self.persistence
             .write_alone(move |w| {
-                let started = json!({ "boot": boot });
+                let started = SessionEvent::ExecutionStarted { boot };
                 let mut swept = Vec::with_capacity(chunk.len());
                 for orphan in chunk {
                     swept.extend(sweep_one(w, orphan, max, &started)?);
@@ -128,7 +126,7 @@ fn sweep_one(
     w: &mut WriteCtx<'_>,
     orphan: Orphan,
     max: u32,
-    started: &serde_json::Value,
+    started: &SessionEvent,
 ) -> Result<Option<Swept>, StoreError> {
     let (id, attempts, inputs) = match orphan {
         Orphan::Claimed(id, attempts) => {
@@ -145,8 +143,8 @@ fn sweep_one(
             };
             let interrupted = matches!((claim, fence), (Some(c), Some(f)) if f > c);
             if interrupted && inputs.is_empty() {
-                let reason = json!({ "reason": InterruptReason::User.as_str() });
-                w.publish(&id, kind::EXECUTION_INTERRUPTED, &reason)?;
+                let reason = InterruptReason::User;
+                w.append(&id, &SessionEvent::ExecutionInterrupted { reason })?;
                 // A prompt acknowledged after the interrupt request is still owed its turn.
                 return Ok(Some(match adopt(w, &id, max, started)? {
                     Some(Swept::Resumed(id, resumption)) => {
@@ -170,7 +168,7 @@ fn adopt(
     w: &mut WriteCtx<'_>,
     id: &SessionId,
     max: u32,
-    started: &serde_json::Value,
+    started: &SessionEvent,
 ) -> Result<Option<Swept>, StoreError> {
     if !store::owes_turn(w.conn(), id)? {
         return Ok(None);
@@ -196,22 +194,16 @@ fn resume_or_abort(
     attempts: u32,
     max: u32,
     inputs: Vec<crate::model::Admission>,
-    started: &serde_json::Value,
+    started: &SessionEvent,
 ) -> Result<Swept, StoreError> {
     if attempts > max {
-        let error = json!({ "error": { "type": "aborted", "message": ABORTED_MESSAGE } });
-        w.publish(&id, kind::EXECUTION_FAILED, &error)?;
+        w.append(&id, &SessionEvent::aborted())?;
         // Nothing is owed any more: the turn is over, recorded as aborted.
         store::clear_wakes(w.conn(), &id)?;
         return Ok(Swept::Terminalized(id));
     }
-    let notice = json!({
-        "sessionID": id,
-        "text": RESTART_NOTICE_TEXT,
-        "description": RESTART_NOTICE_DESCRIPTION,
-    });
-    let notice_seq = w.publish(&id, kind::SYNTHETIC, &notice)?.seq;
-    w.publish(&id, kind::EXECUTION_STARTED, started)?;
+    let notice_seq = w.append(&id, &SessionEvent::restart_notice(&id))?.seq;
+    w.append(&id, started)?;
     let resumption = Resumption {
         attempt: attempts,
         max_attempts: max,

@@ -6,14 +6,14 @@
 //! terminal event, whose projection releases the claim unless the turn was interrupted by a
 //! shutdown).
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{store, Journal};
 use crate::error::StoreError;
-use crate::event::{kind, EventRecord};
+use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::model::{Admission, Message, MessagesQuery};
-use crate::outcome::{InterruptReason, Terminal};
+use crate::outcome::Terminal;
 
 /// A transcript read for the session service.
 #[derive(Debug)]
@@ -45,18 +45,6 @@ fn read_transcript<T>(
     }
 }
 
-/// The event (wire name and payload) that records `terminal`.
-fn terminal_event(terminal: &Terminal) -> (&'static str, Value) {
-    match terminal {
-        Terminal::Succeeded => (kind::EXECUTION_SUCCEEDED, json!({})),
-        Terminal::Failed { error } => (kind::EXECUTION_FAILED, json!({ "error": error })),
-        Terminal::Interrupted { reason } => (
-            kind::EXECUTION_INTERRUPTED,
-            json!({ "reason": reason.as_str() }),
-        ),
-    }
-}
-
 impl Journal {
     /// Claims a turn of `session` for process boot `boot`: commits `session.execution.started`
     /// (data `{"boot"}`), whose projection takes the claim. Resolves once it is durable.
@@ -67,7 +55,7 @@ impl Journal {
     ) -> Result<(), StoreError> {
         self.persistence
             .write(move |w| {
-                w.publish(&session, kind::EXECUTION_STARTED, &json!({ "boot": boot }))?;
+                w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
                 crate::crash::point(crate::crash::DURING_CLAIM);
                 Ok(())
             })
@@ -83,19 +71,15 @@ impl Journal {
         session: SessionId,
         terminal: Terminal,
     ) -> Result<Option<u64>, StoreError> {
-        let shutdown = terminal
-            == Terminal::Interrupted {
-                reason: InterruptReason::Shutdown,
-            };
-        let (event, data) = terminal_event(&terminal);
+        let event = SessionEvent::terminal(&terminal);
         self.persistence
             .write(move |w| {
-                let next = if shutdown {
-                    None
-                } else {
+                let next = if event.releases_claim() {
                     store::settle(w.conn(), &session)?
+                } else {
+                    None
                 };
-                w.publish(&session, event, &data)?;
+                w.append(&session, &event)?;
                 Ok(next)
             })
             .await

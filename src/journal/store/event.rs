@@ -8,21 +8,19 @@ use super::{
     claim, get_opt_seq, get_seq, input, json_text, json_value, limit_param, message, release,
     seq_param, session, session_id, StoreError,
 };
-use crate::event::{kind, EventRecord};
-use crate::id::{MessageId, SessionId};
-use crate::model::{Delivery, SessionInfo};
+use crate::event::{EventRecord, SessionEvent};
+use crate::id::SessionId;
 
-/// Appends an event to `session`'s log with the next seq (0 for the first event) and runs its
-/// projection, all on the caller's transaction. Any failure, including a projection conflict,
-/// is returned; the caller's transaction or savepoint then rolls the event back.
-pub(crate) fn publish(
+/// Appends an event to `session`'s log with the next seq (0 for the first event), without its
+/// projection.
+fn insert(
     conn: &Connection,
     session: &SessionId,
     kind: &str,
-    data: &Value,
+    data: Value,
     time: i64,
 ) -> Result<EventRecord, StoreError> {
-    let text = json_text(data)?;
+    let text = json_text(&data)?;
     let mut next = conn.prepare_cached(
         "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
          ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq",
@@ -38,116 +36,109 @@ pub(crate) fn publish(
         text,
         time
     ])?;
-    let record = EventRecord {
+    Ok(EventRecord {
         session_id: session.clone(),
         seq,
         kind: kind.to_owned(),
-        data: data.clone(),
+        data,
         time,
-    };
+    })
+}
+
+/// Appends a runtime event to `session`'s log with the next seq and runs its projection, all on
+/// the caller's transaction. Any failure, including a projection conflict, is returned; the
+/// caller's transaction or savepoint then rolls the event back.
+pub(crate) fn append(
+    conn: &Connection,
+    session: &SessionId,
+    event: &SessionEvent,
+    time: i64,
+) -> Result<EventRecord, StoreError> {
+    let record = insert(conn, session, event.kind(), event.data()?, time)?;
+    apply(conn, session, record.seq, time, event)?;
+    Ok(record)
+}
+
+/// Appends an event given by wire name and payload (a runner-defined event; a built-in name is
+/// decoded and projected like [`append`]).
+pub(crate) fn publish(
+    conn: &Connection,
+    session: &SessionId,
+    kind: &str,
+    data: &Value,
+    time: i64,
+) -> Result<EventRecord, StoreError> {
+    let record = insert(conn, session, kind, data.clone(), time)?;
     project(conn, &record)?;
     Ok(record)
 }
 
-/// A field of a built-in event's payload; a missing field means the log is inconsistent.
-fn field<'a>(ev: &'a EventRecord, name: &str) -> Result<&'a Value, StoreError> {
-    ev.data.get(name).ok_or_else(|| {
-        StoreError::Inconsistent(format!(
-            "{} event {}#{} lacks `{name}`",
-            ev.kind, ev.session_id, ev.seq
-        ))
-    })
-}
-
-/// A string field of a built-in event's payload.
-fn str_field<'a>(ev: &'a EventRecord, name: &str) -> Result<&'a str, StoreError> {
-    field(ev, name)?.as_str().ok_or_else(|| {
-        StoreError::Inconsistent(format!(
-            "{} event {}#{}: `{name}` is not a string",
-            ev.kind, ev.session_id, ev.seq
-        ))
-    })
-}
-
-/// The `messageID` of a prompt or message event.
-fn message_id_field(ev: &EventRecord) -> Result<MessageId, StoreError> {
-    MessageId::new(str_field(ev, "messageID")?).map_err(|e| {
-        StoreError::Inconsistent(format!(
+/// Applies the projection writes of one stored event (see the store's atomicity table). Events
+/// of kinds without a projection are a no-op. Re-running the projection of stored events
+/// rebuilds the projected rows once they are deleted.
+pub(crate) fn project(conn: &Connection, ev: &EventRecord) -> Result<(), StoreError> {
+    match SessionEvent::projected(&ev.kind, &ev.data) {
+        None => Ok(()),
+        Some(Ok(event)) => apply(conn, &ev.session_id, ev.seq, ev.time, &event),
+        Some(Err(e)) => Err(StoreError::Inconsistent(format!(
             "{} event {}#{}: {e}",
             ev.kind, ev.session_id, ev.seq
-        ))
-    })
+        ))),
+    }
 }
 
-/// Applies the projection writes of one event (see the store's atomicity table). Events of kinds
-/// without a projection are a no-op. Re-running the projection of stored events rebuilds the
-/// projected rows once they are deleted.
-pub(crate) fn project(conn: &Connection, ev: &EventRecord) -> Result<(), StoreError> {
-    match ev.kind.as_str() {
-        kind::CREATED => {
-            let info: SessionInfo = serde_json::from_value(field(ev, "info")?.clone())?;
-            if info.id != ev.session_id {
+/// The projection of event `seq` of `session`: where a turn is claimed and released, and where
+/// the inbox and the transcript are written.
+fn apply(
+    conn: &Connection,
+    session: &SessionId,
+    seq: u64,
+    time: i64,
+    event: &SessionEvent,
+) -> Result<(), StoreError> {
+    match event {
+        SessionEvent::Created { info } => {
+            if &info.id != session {
                 return Err(StoreError::Inconsistent(format!(
-                    "session.created event of {} carries session {}",
-                    ev.session_id, info.id
+                    "session.created event of {session} carries session {}",
+                    info.id
                 )));
             }
-            session::insert_session(conn, &info)
+            session::insert_session(conn, info)
         }
-        kind::EXECUTION_STARTED => {
-            let boot = ev.data.get("boot").and_then(Value::as_str).unwrap_or("");
-            claim(conn, &ev.session_id, ev.time, ev.seq, boot).map(drop)
-        }
-        kind::EXECUTION_SUCCEEDED | kind::EXECUTION_FAILED => {
-            release(conn, &ev.session_id).map(drop)
-        }
-        kind::EXECUTION_INTERRUPTED => {
-            if ev.data.get("reason").and_then(Value::as_str) == Some("shutdown") {
-                Ok(())
-            } else {
+        SessionEvent::ExecutionStarted { boot } => claim(conn, session, time, seq, boot).map(drop),
+        terminal if terminal.releases_claim() => {
+            if matches!(terminal, SessionEvent::ExecutionInterrupted { .. }) {
                 // The prompts this turn promoted were interrupted with it.
-                if let Some(claim) = claim_seq(conn, &ev.session_id)? {
-                    mark_interrupted(conn, &ev.session_id, claim)?;
+                if let Some(claim) = claim_seq(conn, session)? {
+                    mark_interrupted(conn, session, claim)?;
                 }
-                release(conn, &ev.session_id).map(drop)
             }
+            release(conn, session).map(drop)
         }
-        kind::PROMPT_ADMITTED => {
-            let id = message_id_field(ev)?;
-            let delivery: Delivery = serde_json::from_value(field(ev, "delivery")?.clone())?;
-            input::insert_input(
-                conn,
-                &ev.session_id,
-                &id,
-                ev.seq,
-                field(ev, "prompt")?,
-                delivery,
-                ev.time,
-            )
+        SessionEvent::PromptAdmitted {
+            message_id,
+            prompt,
+            delivery,
+        } => input::insert_input(conn, session, message_id, seq, prompt, *delivery, time),
+        SessionEvent::PromptPromoted {
+            message_id, prompt, ..
+        } => {
+            input::mark_promoted(conn, session, message_id, seq)?;
+            let data = serde_json::json!({ "prompt": prompt });
+            message::insert_message(conn, session, message_id, "user", seq, &data, time)
         }
-        kind::PROMPT_PROMOTED => {
-            let id = message_id_field(ev)?;
-            input::mark_promoted(conn, &ev.session_id, &id, ev.seq)?;
-            let data = serde_json::json!({ "prompt": field(ev, "prompt")? });
-            message::insert_message(conn, &ev.session_id, &id, "user", ev.seq, &data, ev.time)
-        }
-        kind::MESSAGE_APPENDED => {
-            let id = message_id_field(ev)?;
-            if input::get_input(conn, &id)?.is_some() {
+        SessionEvent::MessageAppended {
+            message_id,
+            kind,
+            data,
+        } => {
+            if input::get_input(conn, message_id)?.is_some() {
                 return Err(StoreError::Conflict(format!(
-                    "message {id} is a prompt id; prompts enter the transcript by promotion"
+                    "message {message_id} is a prompt id; prompts enter the transcript by promotion"
                 )));
             }
-            let kind = str_field(ev, "type")?;
-            message::insert_message(
-                conn,
-                &ev.session_id,
-                &id,
-                kind,
-                ev.seq,
-                field(ev, "data")?,
-                ev.time,
-            )
+            message::insert_message(conn, session, message_id, kind, seq, data, time)
         }
         _ => Ok(()),
     }
@@ -228,11 +219,13 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::event::kind;
     use crate::journal::store::pool::open_connection;
     use crate::journal::store::test_support::{create, mid, sid, test_db};
     use crate::journal::store::{
         admit, append_message, claim_state, get_input, messages, pending_inputs, promote_steer,
     };
+    use crate::model::Delivery;
     use crate::model::MessagesQuery;
 
     #[test]
@@ -363,7 +356,11 @@ mod tests {
         )?;
         assert_eq!(claimed(conn)?, None);
 
-        for terminal in [kind::EXECUTION_SUCCEEDED, kind::EXECUTION_FAILED] {
+        let failed = json!({ "error": { "type": "unknown", "message": "boom" } });
+        for (terminal, data) in [
+            (kind::EXECUTION_SUCCEEDED, json!({})),
+            (kind::EXECUTION_FAILED, failed),
+        ] {
             publish(conn, &s, kind::EXECUTION_STARTED, &json!({}), 200)?;
             assert_eq!(
                 claim_state(conn, &s)?
@@ -372,7 +369,7 @@ mod tests {
                     .as_deref(),
                 Some("")
             );
-            publish(conn, &s, terminal, &json!({}), 210)?;
+            publish(conn, &s, terminal, &data, 210)?;
             assert_eq!(claimed(conn)?, None, "{terminal} releases");
         }
         Ok(())

@@ -1,13 +1,13 @@
 //! The prompt inbox (`session_input`): admission and steer/queue promotion.
 
 use rusqlite::{Connection, OptionalExtension, Row};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{
-    conflict_on_constraint, get_opt_seq, get_seq, json_text, json_value, message_exists,
-    message_id, publish, seq_param, session_id, StoreError,
+    append, conflict_on_constraint, get_opt_seq, get_seq, json_text, json_value, message_exists,
+    message_id, seq_param, session_id, StoreError,
 };
-use crate::event::{kind, EventRecord};
+use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::model::{Admission, Delivery};
 
@@ -169,8 +169,12 @@ pub(crate) fn admit(
             "prompt {id} is already in a transcript"
         )));
     }
-    let data = json!({ "messageID": id, "prompt": prompt, "delivery": delivery });
-    let event = publish(conn, session, kind::PROMPT_ADMITTED, &data, now)?;
+    let admitted = SessionEvent::PromptAdmitted {
+        message_id: id.clone(),
+        prompt: prompt.clone(),
+        delivery,
+    };
+    let event = append(conn, session, &admitted, now)?;
     let admission = Admission {
         id: id.clone(),
         session_id: session.clone(),
@@ -206,12 +210,12 @@ fn promote(
     mut input: Admission,
     now: i64,
 ) -> Result<(Admission, EventRecord), StoreError> {
-    let data = json!({
-        "messageID": input.id,
-        "prompt": input.prompt,
-        "delivery": input.delivery,
-    });
-    let event = publish(conn, &input.session_id, kind::PROMPT_PROMOTED, &data, now)?;
+    let promoted = SessionEvent::PromptPromoted {
+        message_id: input.id.clone(),
+        prompt: input.prompt.clone(),
+        delivery: input.delivery,
+    };
+    let event = append(conn, &input.session_id, &promoted, now)?;
     input.promoted_seq = Some(event.seq);
     Ok((input, event))
 }
@@ -265,7 +269,11 @@ pub(crate) fn promote_queue(
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::event::kind;
+    use crate::journal::store::publish;
     use crate::journal::store::test_support::{create, mid, sid, test_db};
     use crate::journal::store::{append_message, events_after, get_message, latest_seq};
 

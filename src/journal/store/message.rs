@@ -1,13 +1,13 @@
 //! The transcript (`session_message`): appends, lookups and keyset pages by `seq`.
 
 use rusqlite::{Connection, OptionalExtension, Row};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{
-    conflict_on_constraint, get_seq, json_text, json_value, limit_param, message_id, publish,
+    append, conflict_on_constraint, get_seq, json_text, json_value, limit_param, message_id,
     seq_param, session_id, StoreError,
 };
-use crate::event::{kind, EventRecord};
+use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::model::{Direction, Message, MessagesQuery, Order};
 
@@ -99,8 +99,12 @@ pub(crate) fn append_message(
     data: &Value,
     now: i64,
 ) -> Result<EventRecord, StoreError> {
-    let payload = json!({ "messageID": id, "type": kind, "data": data });
-    publish(conn, session, kind::MESSAGE_APPENDED, &payload, now)
+    let appended = SessionEvent::MessageAppended {
+        message_id: id.clone(),
+        kind: kind.to_owned(),
+        data: data.clone(),
+    };
+    append(conn, session, &appended, now)
 }
 
 /// The message `id` of `session`; `None` when it is unknown or belongs to another session.
@@ -226,7 +230,10 @@ pub(crate) fn context(conn: &Connection, session: &SessionId) -> Result<Vec<Mess
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::event::kind;
     use crate::journal::store::test_support::{create, mid, sid, test_db};
     use crate::journal::store::{admit, latest_seq};
     use crate::model::{Cursor, Delivery};

@@ -221,7 +221,8 @@ mod tests {
         let first = started(conn, &s)?;
         started(conn, &s)?;
         assert_eq!(claim_seq(conn, &s)?, Some(first));
-        publish(conn, &s, kind::EXECUTION_FAILED, &json!({}), 2)?;
+        let error = json!({ "error": { "type": "unknown", "message": "boom" } });
+        publish(conn, &s, kind::EXECUTION_FAILED, &error, 2)?;
         assert_eq!(claim_seq(conn, &s)?, None);
         let next = started(conn, &s)?;
         assert_eq!(claim_seq(conn, &s)?, Some(next));

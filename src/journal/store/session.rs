@@ -2,12 +2,11 @@
 
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row};
-use serde_json::json;
 
 use super::{
-    conflict_on_constraint, json_text, json_value, limit_param, publish, session_id, StoreError,
+    append, conflict_on_constraint, json_text, json_value, limit_param, session_id, StoreError,
 };
-use crate::event::{kind, EventRecord};
+use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::model::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
@@ -209,19 +208,17 @@ pub(crate) fn create_session(
     if let Some(existing) = get_session(conn, &info.id)? {
         return Ok((existing, None));
     }
-    let event = publish(
-        conn,
-        &info.id,
-        kind::CREATED,
-        &json!({ "info": info }),
-        info.time_created,
-    )?;
+    let created = SessionEvent::Created { info: info.clone() };
+    let event = append(conn, &info.id, &created, info.time_created)?;
     Ok((info.clone(), Some(event)))
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::event::kind;
     use crate::journal::store::test_support::{create, info, sid, test_db};
     use crate::journal::store::{events_after, latest_seq};
     use crate::model::Anchor;
