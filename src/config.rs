@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::error::Error;
-use crate::journal::Synchronous;
 
 /// The runtime's configuration. Built through [`crate::RuntimeBuilder`].
 #[derive(Debug, Clone)]
@@ -75,5 +74,29 @@ impl RuntimeConfig {
             return Err(Error::Config("max_prompt_bytes must be positive".into()));
         }
         Ok(())
+    }
+}
+
+/// SQLite's `synchronous` setting, applied to every connection.
+///
+/// In WAL mode `Full` syncs the WAL on every commit, so a committed transaction survives a power
+/// loss; `Normal` syncs only at checkpoints, so the last commits may be lost on power loss (never
+/// on a process crash) in exchange for faster commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Synchronous {
+    /// `PRAGMA synchronous = FULL` (the default): durable across power loss.
+    #[default]
+    Full,
+    /// `PRAGMA synchronous = NORMAL`: durable across process crashes, faster commits.
+    Normal,
+}
+
+impl Synchronous {
+    /// The PRAGMA value: `FULL` or `NORMAL`.
+    pub fn as_pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
     }
 }

@@ -35,7 +35,7 @@ pub(crate) use self::prompts::Admitted;
 pub(crate) use self::recovery::{Orphan, Swept};
 pub use self::sessions::ClaimStats;
 pub(crate) use self::sessions::Created;
-pub use self::store::pool::Synchronous;
+
 pub(crate) use self::turns::Transcript;
 use crate::config::RuntimeConfig;
 use crate::error::StoreError;
@@ -44,7 +44,8 @@ use crate::event::EventRecord;
 /// The durable store of one runtime: cheap to clone; every clone talks to the same writer.
 #[derive(Clone, Debug)]
 pub(crate) struct Journal {
-    persistence: Persistence,
+    /// Shared, so that a clone (one per drain) is one reference count.
+    persistence: Arc<Persistence>,
 }
 
 impl Journal {
@@ -64,7 +65,9 @@ impl Journal {
         let writer = store::open_connection(&store_config)?;
         let persistence =
             Persistence::start(pool, writer, config.group_commit, config.bus_capacity)?;
-        Ok(Self { persistence })
+        Ok(Self {
+            persistence: Arc::new(persistence),
+        })
     }
 
     /// Subscribes to every event committed from now on (broadcast after COMMIT, in commit

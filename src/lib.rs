@@ -44,11 +44,12 @@ pub mod testing;
 pub mod turn;
 
 pub use config::RuntimeConfig;
+pub use config::Synchronous;
 pub use error::{Error, Result, StoreError};
 pub use event::{EventRecord, SessionEvent};
 pub use execution::Execution;
 pub use id::{MessageId, SessionId};
-pub use journal::{ClaimStats, PersistenceStats, Synchronous};
+pub use journal::{ClaimStats, PersistenceStats};
 pub use model::{
     Admission, Anchor, ClaimState, Cursor, Delivery, Direction, ListQuery, Message, MessagesQuery,
     Order, ParentFilter, SessionInfo,

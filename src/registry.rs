@@ -54,6 +54,8 @@ pub struct RegistryStats {
 pub(crate) struct Registry {
     actors: Mutex<HashMap<SessionId, Entry>>,
     active: Mutex<HashSet<SessionId>>,
+    /// Woken when `active` becomes empty (what `shutdown` waits for).
+    idle: tokio::sync::Notify,
     arbiters: Vec<ArbiterHandle>,
     next_arbiter: AtomicUsize,
     next_generation: AtomicU64,
@@ -98,6 +100,7 @@ impl Registry {
         Self {
             actors: Mutex::new(HashMap::new()),
             active: Mutex::new(HashSet::new()),
+            idle: tokio::sync::Notify::new(),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
             next_generation: AtomicU64::new(0),
@@ -200,6 +203,24 @@ impl Registry {
         let len = active.len().saturating_sub(1);
         if active.remove(id) && sparse(len, active.capacity()) {
             active.shrink_to(len * 2);
+        }
+        if active.is_empty() {
+            self.idle.notify_waiters();
+        }
+    }
+
+    /// Resolves once no session has a turn in this process, or at `deadline`; returns whether
+    /// every turn settled.
+    pub(crate) async fn settled_by(&self, deadline: tokio::time::Instant) -> bool {
+        loop {
+            // Registered before the check, so a deactivation right after it is not missed.
+            let idle = self.idle.notified();
+            if lock(&self.active).is_empty() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return lock(&self.active).is_empty();
+            }
         }
     }
 

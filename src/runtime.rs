@@ -2,17 +2,18 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix::{Actor, Addr, Arbiter};
 use tokio::sync::broadcast;
 
 use crate::config::RuntimeConfig;
+use crate::config::Synchronous;
 use crate::core::{AfterPassivation, Core};
 use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
-use crate::journal::{ClaimStats, Journal, PersistenceStats, Synchronous};
+use crate::journal::{ClaimStats, Journal, PersistenceStats};
 use crate::lock::OwnerLock;
 use crate::recovery::{self, SweepReport};
 use crate::registry::{Ready, Registry, RegistryActor, RegistryStats, StopSupervisor};
@@ -286,9 +287,12 @@ impl Runtime {
         for addr in actors {
             addr.do_send(crate::session::messages::Close);
         }
-        let deadline = Instant::now() + self.core.config.shutdown_grace;
-        while !self.core.registry.active().is_empty() && Instant::now() < deadline {
-            actix_rt::time::sleep(Duration::from_millis(2)).await;
+        let deadline = tokio::time::Instant::now() + self.core.config.shutdown_grace;
+        if !self.core.registry.settled_by(deadline).await {
+            log::warn!(
+                "shutdown: {} turns had not recorded their interruption within the grace period",
+                self.core.registry.active().len()
+            );
         }
         self.supervisor.do_send(StopSupervisor);
         for arbiter in self.arbiters.iter() {

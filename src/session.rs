@@ -224,7 +224,7 @@ impl SessionActor {
             (Mode::Run, None) => TurnCause::Resume,
             (Mode::Wake, _) => TurnCause::Wake { seq: wake_seq },
         };
-        let turn = Turn::new(self.core.clone(), self.id.clone(), cause, wake_seq);
+        let turn = Turn::new(self.core.journal.clone(), self.id.clone(), cause, wake_seq);
         let runner = self.core.runner.clone();
         let future = DropSafe(Some(
             AssertUnwindSafe(async move { runner.drain(turn).await })

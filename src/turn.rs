@@ -5,10 +5,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::event::{kind, EventRecord};
-use crate::execution::Execution;
+use crate::journal::Journal;
 use crate::id::{MessageId, SessionId};
 use crate::model::{Admission, Message, Resumption};
 
@@ -34,7 +33,7 @@ pub enum TurnCause {
 /// One drain of a session's turn, handed to [`crate::Runner::drain`].
 #[derive(Clone)]
 pub struct Turn {
-    core: Arc<Core>,
+    journal: Journal,
     session_id: SessionId,
     cause: TurnCause,
     /// The drain's interrupt fence: its wake's admission seq (a forced drain upgraded from a
@@ -53,13 +52,13 @@ impl std::fmt::Debug for Turn {
 
 impl Turn {
     pub(crate) fn new(
-        core: Arc<Core>,
+        journal: Journal,
         session_id: SessionId,
         cause: TurnCause,
         wake_seq: Option<u64>,
     ) -> Self {
         Self {
-            core,
+            journal,
             session_id,
             cause,
             wake_seq,
@@ -95,13 +94,6 @@ impl Turn {
         self.wake_seq
     }
 
-    /// The execution handle, e.g. to wake this session again from inside the drain.
-    pub fn execution(&self) -> Execution {
-        Execution {
-            core: self.core.clone(),
-        }
-    }
-
     /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`)
     /// into the transcript, in admission order. Each promotion commits its
     /// `session.prompt.promoted` event, `promoted_seq` and transcript row together; concurrent
@@ -111,7 +103,6 @@ impl Turn {
     /// [`Error::Store`] when the write failed (nothing was promoted).
     pub async fn promote_steer(&self, cutoff: Option<u64>) -> Result<Vec<Admission>> {
         Ok(self
-            .core
             .journal
             .promote_steer(self.session_id.clone(), cutoff)
             .await?)
@@ -123,7 +114,6 @@ impl Turn {
     /// [`Error::Store`] when the write failed.
     pub async fn promote_queue(&self) -> Result<Option<Admission>> {
         Ok(self
-            .core
             .journal
             .promote_queue(self.session_id.clone())
             .await?)
@@ -134,7 +124,7 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn pending(&self) -> Result<Vec<Admission>> {
-        Ok(self.core.journal.pending(self.session_id.clone()).await?)
+        Ok(self.journal.pending(self.session_id.clone()).await?)
     }
 
     /// Appends a message (`kind` such as `assistant`) to the transcript, with its
@@ -144,7 +134,6 @@ impl Turn {
     /// [`Error::Store`] when the write failed.
     pub async fn append_message(&self, kind: &str, data: Value) -> Result<MessageId> {
         Ok(self
-            .core
             .journal
             .append_message(self.session_id.clone(), kind.to_owned(), data)
             .await?)
@@ -169,7 +158,6 @@ impl Turn {
             ));
         }
         Ok(self
-            .core
             .journal
             .publish(self.session_id.clone(), event.to_owned(), data)
             .await?)
@@ -181,6 +169,6 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn context(&self) -> Result<Vec<Message>> {
-        Ok(self.core.journal.context(self.session_id.clone()).await?)
+        Ok(self.journal.context(self.session_id.clone()).await?)
     }
 }

@@ -7,32 +7,9 @@ use std::time::Duration;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
+pub(crate) use crate::config::Synchronous;
 use crate::error::StoreError;
 use crate::journal::store::schema;
-
-/// SQLite's `synchronous` setting, applied to every connection.
-///
-/// In WAL mode `Full` syncs the WAL on every commit, so a committed transaction survives a power
-/// loss; `Normal` syncs only at checkpoints, so the last commits may be lost on power loss (never
-/// on a process crash) in exchange for faster commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Synchronous {
-    /// `PRAGMA synchronous = FULL` (the default): durable across power loss.
-    #[default]
-    Full,
-    /// `PRAGMA synchronous = NORMAL`: durable across process crashes, faster commits.
-    Normal,
-}
-
-impl Synchronous {
-    /// The PRAGMA value: `FULL` or `NORMAL`.
-    pub fn as_pragma(self) -> &'static str {
-        match self {
-            Synchronous::Full => "FULL",
-            Synchronous::Normal => "NORMAL",
-        }
-    }
-}
 
 /// A pool of SQLite connections that all carry the store's PRAGMAs.
 pub(crate) type Pool = r2d2::Pool<SqliteConnectionManager>;
