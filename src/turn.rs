@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::event::{kind, EventRecord};
-use crate::journal::Journal;
 use crate::id::{MessageId, SessionId};
+use crate::journal::Journal;
 use crate::model::{Admission, Message, Resumption};
 
 /// Why a drain runs: what the runner is asked to serve.
@@ -113,10 +113,7 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the write failed.
     pub async fn promote_queue(&self) -> Result<Option<Admission>> {
-        Ok(self
-            .journal
-            .promote_queue(self.session_id.clone())
-            .await?)
+        Ok(self.journal.promote_queue(self.session_id.clone()).await?)
     }
 
     /// The inputs still pending in the session's inbox, in admission order.

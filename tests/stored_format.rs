@@ -1009,6 +1009,23 @@ async fn a_database_written_before_the_redesign_opens_and_resumes() {
     );
     let sessions = runtime.sessions();
     assert_readable(&sessions, &path, &stored).await;
+    // The prompt whose turn a user interrupted before the upgrade is marked so, and no other.
+    let interrupted = stored.id("interrupted");
+    let marked: Vec<(String, String)> = {
+        let conn = rusqlite::Connection::open(&path).expect("open");
+        let mut stmt = conn
+            .prepare("SELECT session_id, type FROM session_message WHERE interrupted = 1")
+            .expect("prepare");
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<rusqlite::Result<_>>()
+            .expect("rows")
+    };
+    assert_eq!(
+        marked,
+        [(interrupted.to_string(), "user".to_string())],
+        "interrupted marks derived by the migration"
+    );
 
     // The restart sweep resumes the claimed turn, once.
     let claimed = stored.id("claimed");

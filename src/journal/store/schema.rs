@@ -99,7 +99,9 @@ CREATE INDEX event_interrupt ON event(aggregate_id, seq)
 ///   chance to serve it yet; the restart sweep adopts sessions holding such inputs, so an
 ///   acknowledged prompt runs even when the process died before its wake. Inputs admitted
 ///   before this version are left unmarked (whether they asked for a wake is not recorded).
-/// - `session_message.interrupted`: a user interrupted the turn that promoted this prompt.
+/// - `session_message.interrupted`: a user interrupted the turn that promoted this prompt. For
+///   prompts stored before, it is derived from the log: the first terminal that released the
+///   claim after the promotion was a (non-shutdown) interruption.
 const V3: &str = r"
 ALTER TABLE session ADD COLUMN claim_seq INTEGER NULL;
 UPDATE session SET claim_seq = (
@@ -110,6 +112,14 @@ ALTER TABLE session_input ADD COLUMN wake INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX session_input_wake ON session_input(session_id)
     WHERE promoted_seq IS NULL AND wake = 1;
 ALTER TABLE session_message ADD COLUMN interrupted INTEGER NOT NULL DEFAULT 0;
+UPDATE session_message SET interrupted = 1 WHERE type = 'user' AND (
+    SELECT t.type FROM event t
+    WHERE t.aggregate_id = session_message.session_id AND t.seq > session_message.seq
+      AND (t.type IN ('session.execution.succeeded', 'session.execution.failed')
+           OR (t.type = 'session.execution.interrupted'
+               AND json_extract(t.data, '$.reason') <> 'shutdown'))
+    ORDER BY t.seq LIMIT 1
+) = 'session.execution.interrupted';
 ";
 
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
