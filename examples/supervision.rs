@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{CreateSession, ProviderErrorKind, RunError, Runtime, SessionId, Terminal};
 use futures::FutureExt;

@@ -114,10 +114,7 @@ impl Execution {
     }
 
     /// [`Execution::interrupt`] with an explicit reason (`superseded` releases like `user`).
-    ///
-    /// # Errors
-    /// As [`Execution::interrupt`].
-    pub async fn interrupt_with(
+    pub(crate) async fn interrupt_with(
         &self,
         id: &SessionId,
         seq: Option<u64>,

@@ -20,49 +20,51 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 
-pub mod config;
-pub(crate) mod core;
+mod config;
+mod core;
 #[doc(hidden)]
 pub mod crash;
-pub mod error;
-pub mod event;
-pub mod execution;
+mod error;
+mod event;
+mod execution;
 #[cfg(feature = "http")]
 pub mod http;
-pub mod id;
-pub(crate) mod journal;
-pub(crate) mod lock;
-pub mod model;
+mod id;
+mod journal;
+mod lock;
+mod model;
 mod outcome;
-pub(crate) mod recovery;
-pub(crate) mod registry;
-pub mod runner;
-pub mod runtime;
-pub mod service;
-pub(crate) mod session;
+mod recovery;
+mod registry;
+mod runner;
+mod runtime;
+mod service;
+mod session;
 pub mod testing;
-pub mod turn;
+mod turn;
 
-pub use config::RuntimeConfig;
-pub use config::Synchronous;
+pub use config::{RuntimeConfig, Synchronous};
 pub use error::{Error, Result, StoreError};
-pub use event::{EventRecord, SessionEvent};
+pub use event::{
+    kind, EventRecord, SessionEvent, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION,
+    RESTART_NOTICE_TEXT,
+};
 pub use execution::Execution;
-pub use id::{MessageId, SessionId};
+pub use id::{MessageId, SessionId, MAX_ID_BYTES};
 pub use journal::{ClaimStats, PersistenceStats};
 pub use model::{
     Admission, Anchor, ClaimState, Cursor, Delivery, Direction, ListQuery, Message, MessagesQuery,
-    Order, ParentFilter, SessionInfo,
+    Order, ParentFilter, Reprojection, Resumption, SessionInfo,
 };
-pub use model::{Reprojection, Resumption};
-pub use outcome::{
-    terminal, Exit, InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal,
-};
+pub use outcome::{InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal};
 pub use recovery::SweepReport;
 pub use registry::RegistryStats;
 pub use runner::Runner;
 pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
-pub use service::{CreateSession, Creation, PromptInput, SessionEvents, Sessions};
+pub use service::{
+    CreateSession, Creation, PromptInput, SessionEvents, Sessions, MAX_JSON_DEPTH, MAX_MODEL_BYTES,
+    MAX_PAGE_SIZE, MAX_TEXT_BYTES,
+};
 pub use turn::{Turn, TurnCause};
 
 /// The README's examples, compiled as doctests.

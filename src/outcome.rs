@@ -166,7 +166,7 @@ impl From<crate::Error> for RunError {
 
 /// How a drain (or the whole turn) exited, before classification.
 #[derive(Debug)]
-pub enum Exit {
+pub(crate) enum Exit {
     /// The drain returned `Ok(())`.
     Success,
     /// The drain returned an error (or panicked).
@@ -204,7 +204,7 @@ impl Terminal {
 ///
 /// A cancelled drain is `Interrupted` with `reason`, defaulting to `shutdown`;
 /// [`RunError::UserInterrupted`] is `Interrupted{user}`; any other error is `Failed`.
-pub fn terminal(exit: &Exit, reason: Option<InterruptReason>) -> Terminal {
+pub(crate) fn terminal(exit: &Exit, reason: Option<InterruptReason>) -> Terminal {
     match exit {
         Exit::Success => Terminal::Succeeded,
         Exit::Interrupted => Terminal::Interrupted {
@@ -216,5 +216,92 @@ pub fn terminal(exit: &Exit, reason: Option<InterruptReason>) -> Terminal {
         Exit::Failure(error) => Terminal::Failed {
             error: error.to_session_error(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Success is `succeeded`; a transport failure "Disconnected" is exactly
+    /// `failed{provider.transport, "Disconnected"}`.
+    #[test]
+    fn classifies_success_and_typed_failure_terminals() {
+        assert_eq!(terminal(&Exit::Success, None), Terminal::Succeeded);
+        let failed = terminal(
+            &Exit::Failure(RunError::provider(
+                ProviderErrorKind::Transport,
+                "Disconnected",
+            )),
+            None,
+        );
+        assert_eq!(
+            failed,
+            Terminal::Failed {
+                error: SessionError::new("provider.transport", "Disconnected")
+            }
+        );
+        assert_eq!(
+            serde_json::to_value(&failed).unwrap(),
+            json!({"type": "failed", "error": {"type": "provider.transport", "message": "Disconnected"}})
+        );
+    }
+
+    /// A bare interruption is `shutdown`; explicit `user`/`superseded` are preserved; a
+    /// `UserInterrupted` failure is `interrupted{user}`.
+    #[test]
+    fn defaults_owner_scope_interruption_to_shutdown_and_preserves_explicit_reasons() {
+        let interrupted = |reason| Terminal::Interrupted { reason };
+        assert_eq!(
+            terminal(&Exit::Interrupted, None),
+            interrupted(InterruptReason::Shutdown)
+        );
+        assert_eq!(
+            terminal(&Exit::Interrupted, Some(InterruptReason::User)),
+            interrupted(InterruptReason::User)
+        );
+        assert_eq!(
+            terminal(&Exit::Interrupted, Some(InterruptReason::Superseded)),
+            interrupted(InterruptReason::Superseded)
+        );
+        assert_eq!(
+            terminal(&Exit::Failure(RunError::UserInterrupted), None),
+            interrupted(InterruptReason::User)
+        );
+    }
+
+    /// Every provider reason tag maps to its recorded type (reference §2.4 / §6.5).
+    #[test]
+    fn maps_every_provider_reason_to_its_error_type() {
+        let expected = [
+            "provider.rate-limit",
+            "provider.auth",
+            "provider.quota",
+            "provider.content-filter",
+            "provider.transport",
+            "provider.internal",
+            "provider.invalid-output",
+            "provider.invalid-request",
+            "provider.no-route",
+            "provider.unknown",
+        ];
+        for (kind, ty) in ProviderErrorKind::ALL.into_iter().zip(expected) {
+            let t = terminal(&Exit::Failure(RunError::provider(kind, "m")), None);
+            assert_eq!(
+                t,
+                Terminal::Failed {
+                    error: SessionError::new(ty, "m")
+                }
+            );
+        }
+        let other = terminal(&Exit::Failure(RunError::Other("boom".into())), None);
+        assert_eq!(
+            other,
+            Terminal::Failed {
+                error: SessionError::new("unknown", "boom")
+            }
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use futures::future::LocalBoxFuture;
 
-pub use crate::outcome::RunError;
+use crate::outcome::RunError;
 use crate::turn::Turn;
 
 /// Does the actual work of a turn. The runtime calls [`Runner::drain`] once a turn's claim is

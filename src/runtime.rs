@@ -49,12 +49,6 @@ impl RuntimeBuilder {
         self
     }
 
-    /// The runner, already shared.
-    pub fn runner_arc(mut self, runner: Arc<dyn Runner>) -> Self {
-        self.runner = Some(runner);
-        self
-    }
-
     /// Restart-resumes a claimed turn gets before it is terminalized as `aborted`. Default 10.
     pub fn max_resume_attempts(mut self, attempts: u32) -> Self {
         self.config.max_resume_attempts = attempts;

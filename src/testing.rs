@@ -16,7 +16,8 @@ use crate::event::EventRecord;
 use crate::id::SessionId;
 use crate::journal::inspect;
 use crate::model::ClaimState;
-use crate::runner::{RunError, Runner};
+use crate::outcome::RunError;
+use crate::runner::Runner;
 use crate::turn::Turn;
 
 /// A custom drain body.

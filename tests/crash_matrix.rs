@@ -59,7 +59,7 @@ use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::{
     CreateSession, Delivery, Execution, MessageId, PromptInput, Runtime, SessionId, Synchronous,
 };
@@ -1691,7 +1691,7 @@ fn synthetic(steps: &[(&str, serde_json::Value)]) -> StoreView {
 /// sweep's view of a store (`owed`, `interrupt_fenced`) is what the runtime decides.
 #[test]
 fn the_invariants_catch_what_they_claim_to() {
-    use durable_sessions::event::{ABORTED_MESSAGE, RESTART_NOTICE_TEXT};
+    use durable_sessions::{ABORTED_MESSAGE, RESTART_NOTICE_TEXT};
     run_child_if_requested();
     let created = (kind::CREATED, json!({}));
     let admitted = |id: &str| {

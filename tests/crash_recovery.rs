@@ -21,10 +21,8 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use durable_sessions::event::{
-    kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT,
-};
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
+use durable_sessions::{kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
 use durable_sessions::{CreateSession, Runtime, SessionId, Terminal};
 use serde_json::json;
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{
     CreateSession, Delivery, Error, MessageId, PromptInput, RunError, Runner, Runtime, SessionId,

@@ -1,96 +1,15 @@
-//! The nine "SessionExecution lifecycle" cases of reference §6.1: write-ahead claims, their
-//! release on terminals, their survival through shutdown, and the restart sweep.
+//! The session execution lifecycle: write-ahead claims, their release on terminals, their
+//! survival through shutdown, and the restart sweep. (How a drain's ending is classified is
+//! tested beside `terminal`, in the crate.)
 
 mod common;
 
-use durable_sessions::event::{kind, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
-use durable_sessions::{
-    terminal, Exit, InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal,
-};
+use durable_sessions::{kind, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
+use durable_sessions::{InterruptReason, Terminal};
 use serde_json::json;
 
 use common::{create, wait_for, TestDb, WAIT};
-
-/// Success is `succeeded`; a transport failure "Disconnected" is exactly
-/// `failed{provider.transport, "Disconnected"}`.
-#[test]
-fn classifies_success_and_typed_failure_terminals() {
-    assert_eq!(terminal(&Exit::Success, None), Terminal::Succeeded);
-    let failed = terminal(
-        &Exit::Failure(RunError::provider(
-            ProviderErrorKind::Transport,
-            "Disconnected",
-        )),
-        None,
-    );
-    assert_eq!(
-        failed,
-        Terminal::Failed {
-            error: SessionError::new("provider.transport", "Disconnected")
-        }
-    );
-    assert_eq!(
-        serde_json::to_value(&failed).unwrap(),
-        json!({"type": "failed", "error": {"type": "provider.transport", "message": "Disconnected"}})
-    );
-}
-
-/// A bare interruption is `shutdown`; explicit `user`/`superseded` are preserved; a
-/// `UserInterrupted` failure is `interrupted{user}`.
-#[test]
-fn defaults_owner_scope_interruption_to_shutdown_and_preserves_explicit_reasons() {
-    let interrupted = |reason| Terminal::Interrupted { reason };
-    assert_eq!(
-        terminal(&Exit::Interrupted, None),
-        interrupted(InterruptReason::Shutdown)
-    );
-    assert_eq!(
-        terminal(&Exit::Interrupted, Some(InterruptReason::User)),
-        interrupted(InterruptReason::User)
-    );
-    assert_eq!(
-        terminal(&Exit::Interrupted, Some(InterruptReason::Superseded)),
-        interrupted(InterruptReason::Superseded)
-    );
-    assert_eq!(
-        terminal(&Exit::Failure(RunError::UserInterrupted), None),
-        interrupted(InterruptReason::User)
-    );
-}
-
-/// Every provider reason tag maps to its recorded type (reference §2.4 / §6.5).
-#[test]
-fn maps_every_provider_reason_to_its_error_type() {
-    let expected = [
-        "provider.rate-limit",
-        "provider.auth",
-        "provider.quota",
-        "provider.content-filter",
-        "provider.transport",
-        "provider.internal",
-        "provider.invalid-output",
-        "provider.invalid-request",
-        "provider.no-route",
-        "provider.unknown",
-    ];
-    for (kind, ty) in ProviderErrorKind::ALL.into_iter().zip(expected) {
-        let t = terminal(&Exit::Failure(RunError::provider(kind, "m")), None);
-        assert_eq!(
-            t,
-            Terminal::Failed {
-                error: SessionError::new(ty, "m")
-            }
-        );
-    }
-    let other = terminal(&Exit::Failure(RunError::Other("boom".into())), None);
-    assert_eq!(
-        other,
-        Terminal::Failed {
-            error: SessionError::new("unknown", "boom")
-        }
-    );
-}
 
 /// `list_suspended` sees only the claimed parent; releasing child claims clears only the child.
 #[actix_rt::test]

@@ -26,7 +26,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{
     CreateSession, Error, MessageId, PromptInput, Runtime, SessionId, Terminal,

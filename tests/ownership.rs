@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::testing::{self, Script, ScriptedRunner};
 use durable_sessions::{CreateSession, Error, Runtime, SessionId};
 

@@ -13,7 +13,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::testing::{self, DrainRecord, Script, ScriptedRunner};
 use durable_sessions::{
     Admission, Delivery, Error, MessageId, MessagesQuery, PromptInput, Reprojection, SessionId,

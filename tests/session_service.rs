@@ -8,7 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::testing::{self, DrainRecord, Gate, Script, ScriptedRunner};
 use durable_sessions::{
     Admission, Anchor, CreateSession, Creation, Cursor, Delivery, Direction, Error, ListQuery,

@@ -37,8 +37,8 @@ use std::process::{Command, Stdio};
 use std::sync::{mpsc as std_mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use durable_sessions::event::{kind, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
 use durable_sessions::testing;
+use durable_sessions::{kind, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
 use durable_sessions::{
     CreateSession, Delivery, EventRecord, ListQuery, MessageId, MessagesQuery, Order, ParentFilter,
     PromptInput, ProviderErrorKind, RunError, Runner, Runtime, SessionId, SessionInfo, Sessions,

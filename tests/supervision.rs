@@ -13,7 +13,7 @@ use std::thread::ThreadId;
 use std::time::Duration;
 
 use actix_rt::task::JoinHandle;
-use durable_sessions::event::kind;
+use durable_sessions::kind;
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{InterruptReason, Result, Runtime, SessionId, Terminal};
 use serde_json::json;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
-use durable_sessions::event::{kind, ABORTED_MESSAGE, RESTART_NOTICE_TEXT};
+use durable_sessions::{kind, ABORTED_MESSAGE, RESTART_NOTICE_TEXT};
 use serde_json::Value;
 
 /// One `session` row.
