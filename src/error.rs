@@ -37,6 +37,12 @@ pub enum StoreError {
     /// The persistence actor has stopped and accepts no more requests.
     #[error("persistence actor has stopped")]
     Closed,
+    /// The writer thread could not be started.
+    #[error("cannot start the writer thread: {0}")]
+    WriterThread(#[source] std::io::Error),
+    /// A read's blocking task failed (it panicked or was cancelled).
+    #[error("a read task failed: {0}")]
+    ReadTask(#[source] tokio::task::JoinError),
 }
 
 impl StoreError {
@@ -109,6 +115,23 @@ pub enum Error {
     /// A configuration value was out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The task that carries a call through (so that a caller who stops waiting cannot cut it
+    /// in the middle) failed: it panicked or its arbiter stopped.
+    #[error("the {task} task failed: {source}")]
+    Task {
+        /// Which call's task: `prompt` or `interrupt`.
+        task: &'static str,
+        /// Why it failed.
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    /// A message could not be delivered to the session's actor: the actors it found kept
+    /// stopping before handling it. Nothing was done; the call may be retried.
+    #[error("session {session_id}: its actor kept stopping before handling a message")]
+    Undeliverable {
+        /// The session.
+        session_id: SessionId,
+    },
     /// Another runtime — in another process, or in this one — owns the database file: it holds
     /// the lock on `<path>.lock`. Nothing was written.
     #[error(

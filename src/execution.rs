@@ -53,9 +53,9 @@ impl Execution {
         if self.core.registry.is_closed() {
             Err(Error::ShuttingDown)
         } else {
-            Err(Error::Store(crate::StoreError::Inconsistent(format!(
-                "session {id}: actor kept stopping before handling a message"
-            ))))
+            Err(Error::Undeliverable {
+                session_id: id.clone(),
+            })
         }
     }
 

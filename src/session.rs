@@ -68,6 +68,9 @@ struct Running {
     /// Set while handling a `Resume` of the restart sweep, which already committed the turn's
     /// claim: a turn it starts skips its own claim write, and its first drain is a recovery.
     recovery: Option<Arc<Resumption>>,
+    /// The turn's claim failed to commit: the turn never started, so nothing is recorded for
+    /// its end, and its callers get this error.
+    claim_failed: Option<SettleError>,
 }
 
 impl std::fmt::Debug for SessionActor {
@@ -147,7 +150,7 @@ impl SessionActor {
                         }
                     }
                 }
-                Effect::Settle { terminal } => self.settle_hook(terminal, ctx),
+                Effect::Settle { terminal } => queue.extend(self.settle_hook(terminal, ctx)),
                 Effect::ReportFailure { terminal } => {
                     log::warn!(
                         "session {}: advisory turn ended badly: {terminal:?}",
@@ -199,7 +202,9 @@ impl SessionActor {
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let result = result.map_err(|e| {
                 log::error!("session {}: claim failed: {e}", act.id);
-                Exit::Failure(RunError::Other(format!("claim failed: {e}")))
+                let exit = Exit::Failure(RunError::Other(format!("claim failed: {e}")));
+                act.running.get_or_insert_with(Box::default).claim_failed = Some(Arc::new(e));
+                exit
             });
             if result.is_ok() {
                 crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
@@ -254,12 +259,23 @@ impl SessionActor {
         }));
         self.running = Some(Box::new(Running {
             drain: Some((drain, handle)),
-            recovery: None,
+            ..Running::default()
         }));
     }
 
-    /// Commits the terminal event (+ release unless shutdown), then reports.
-    fn settle_hook(&mut self, terminal: Terminal, ctx: &mut Context<Self>) {
+    /// Commits the terminal event (+ release unless shutdown), then reports. Returns the effects
+    /// of a turn whose claim failed: it settles at once, recording nothing.
+    fn settle_hook(
+        &mut self,
+        terminal: Terminal,
+        ctx: &mut Context<Self>,
+    ) -> Vec<Effect<ActorTokens, SettleError>> {
+        if let Some(error) = self.running.as_mut().and_then(|r| r.claim_failed.take()) {
+            if self.running.as_ref().is_some_and(|r| r.drain.is_none()) {
+                self.running = None;
+            }
+            return self.coordinator.settled(Err(error));
+        }
         let journal = self.core.journal.clone();
         let id = self.id.clone();
         crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
@@ -294,6 +310,7 @@ impl SessionActor {
                 }
             }
         }));
+        Vec::new()
     }
 }
 

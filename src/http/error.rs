@@ -142,6 +142,7 @@ impl From<Error> for ApiError {
             Error::ShuttingDown | Error::Store(StoreError::Closed) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
             }
+            Error::Undeliverable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             Error::MessageDecode { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "message_decode"),
             Error::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),

@@ -196,7 +196,7 @@ impl Persistence {
         thread::Builder::new()
             .name("durable-sessions-persistence".into())
             .spawn(move || actor.run())
-            .map_err(|e| StoreError::Inconsistent(format!("cannot spawn writer thread: {e}")))?;
+            .map_err(StoreError::WriterThread)?;
         Ok(Self {
             mailbox,
             pool,
@@ -267,7 +267,7 @@ impl Persistence {
             work(&conn)
         })
         .await
-        .map_err(|e| StoreError::Inconsistent(format!("read task failed: {e}")))?
+        .map_err(StoreError::ReadTask)?
     }
 
     /// Runs a read synchronously on a pooled connection (for callers off the async runtime).

@@ -63,7 +63,8 @@ impl Journal {
     }
 
     /// Records how the turn of `session` ended, which releases its claim — except after a
-    /// shutdown, which keeps it for the next boot. For any other ending, decided while the claim
+    /// shutdown, which keeps it for the next boot. (A turn whose claim never committed is not
+    /// settled here: it never started, and its session actor records nothing.) For any other ending, decided while the claim
     /// is still held: returns the admission seq of the next queued prompt the session must run
     /// in a turn of its own (see `store::settle`).
     pub(crate) async fn settle_turn(

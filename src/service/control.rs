@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde_json::Value;
 
 use super::{validate, Sessions};
-use crate::error::{Error, Result, StoreError};
+use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
 use crate::id::SessionId;
@@ -73,10 +73,9 @@ impl Sessions {
             }
         })
         .await
-        .map_err(|e| {
-            Error::Store(StoreError::Inconsistent(format!(
-                "interrupt task failed: {e}"
-            )))
+        .map_err(|source| Error::Task {
+            task: "interrupt",
+            source,
         })?
     }
 

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{validate, Sessions};
-use crate::error::{Error, Result, StoreError};
+use crate::error::{Error, Result};
 use crate::id::{MessageId, SessionId};
 use crate::journal::Admitted;
 use crate::model::{Admission, Delivery, Reprojection};
@@ -106,8 +106,9 @@ impl Sessions {
         let this = self.clone();
         actix_rt::spawn(async move { this.admit_and_wake(input).await })
             .await
-            .map_err(|e| {
-                Error::Store(StoreError::Inconsistent(format!("prompt task failed: {e}")))
+            .map_err(|source| Error::Task {
+                task: "prompt",
+                source,
             })?
     }
 
