@@ -5,8 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::id::{MessageId, SessionId};
-use crate::model::{Delivery, SessionInfo};
 use crate::outcome::{InterruptReason, SessionError, Terminal};
+use crate::records::{Delivery, SessionInfo};
 
 /// Wire names of the events the runtime itself publishes (the `type` column).
 pub mod kind {

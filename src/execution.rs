@@ -9,8 +9,8 @@ use futures::channel::oneshot;
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
-use crate::model::Resumption;
 use crate::outcome::{InterruptReason, Terminal};
+use crate::records::Resumption;
 use crate::session::messages::{AwaitIdle, Interrupt, Resume, Wake};
 use crate::session::SessionActor;
 

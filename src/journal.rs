@@ -32,7 +32,7 @@ use tokio::sync::broadcast;
 use self::persistence::Persistence;
 pub use self::persistence::PersistenceStats;
 pub(crate) use self::prompts::Admitted;
-pub(crate) use self::recovery::{Orphan, Swept};
+pub(crate) use self::recovery::{Swept, Unfinished};
 pub use self::sessions::ClaimStats;
 pub(crate) use self::sessions::Created;
 

@@ -12,7 +12,7 @@
 //! - `session::coordinator`: the per-session state machine (joiners, doorbell, fences,
 //!   successor turns) as plain data, with no actix and no I/O.
 //! - `session`: the `SessionActor`, a thin actix shell over the coordinator.
-//! - `registry`: the `RegistryActor` (spawn on demand, supervise, passivate) and the restart sweep.
+//! - `registry`: the `Supervisor` (spawn on demand, supervise, passivate) and the restart sweep.
 //! - `runtime`/`service`: the public handles `Runtime`, `Sessions` and `Execution`.
 //! - `lock`: the exclusive lock on `<database>.lock` that makes one runtime own the database.
 //!
@@ -32,8 +32,8 @@ pub mod http;
 mod id;
 mod journal;
 mod lock;
-mod model;
 mod outcome;
+mod records;
 mod recovery;
 mod registry;
 mod runner;
@@ -52,11 +52,11 @@ pub use event::{
 pub use execution::Execution;
 pub use id::{MessageId, SessionId, MAX_ID_BYTES};
 pub use journal::{ClaimStats, PersistenceStats};
-pub use model::{
+pub use outcome::{InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal};
+pub use records::{
     Admission, Anchor, ClaimState, Cursor, Delivery, Direction, ListQuery, Message, MessagesQuery,
     Order, ParentFilter, Reprojection, Resumption, SessionInfo,
 };
-pub use outcome::{InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal};
 pub use recovery::SweepReport;
 pub use registry::RegistryStats;
 pub use runner::Runner;

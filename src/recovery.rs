@@ -9,7 +9,7 @@ use crate::core::Core;
 use crate::error::Result;
 use crate::execution::Execution;
 use crate::id::SessionId;
-use crate::journal::{Orphan, Swept};
+use crate::journal::{Swept, Unfinished};
 
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -53,7 +53,7 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
     } else {
         journal.count_resumes(claimed, core.boot.clone()).await?
     };
-    orphans.extend(owed.map(Orphan::Owed));
+    orphans.extend(owed.map(Unfinished::Owed));
     let mut report = SweepReport {
         children_released,
         ..SweepReport::default()

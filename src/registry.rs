@@ -1,5 +1,5 @@
 //! The registry: which `SessionActor` serves which session, on which arbiter, and the exact set of
-//! sessions with a turn in this process (`active()`); and the [`RegistryActor`] that supervises
+//! sessions with a turn in this process (`active()`); and the [`Supervisor`] that supervises
 //! them.
 //!
 //! Lookups are on the hot path of every wake, so the map lives behind a mutex that handles read
@@ -7,7 +7,7 @@
 //! under it, so a session never has two live actors. Supervision: an actor that stops
 //! (passivation, a panicked drain, an external stop) removes its own entry, guarded by its
 //! generation, and the next message for that session starts a fresh actor that reloads its state
-//! (existence, interrupt fence) from the store. The `RegistryActor` passivates: on a timer it
+//! (existence, interrupt fence) from the store. The `Supervisor` passivates: on a timer it
 //! asks every actor idle longer than `idle_timeout` to stop, so an idle session costs no memory
 //! and idle actors need no timers of their own.
 
@@ -285,7 +285,7 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 /// over (the live actors down to a quarter of their peak, at least [`RELEASE_AFTER`] fewer, and
 /// no fewer than on the tick before) releases SQLite's unused memory and calls the
 /// `after_passivation` hook.
-pub(crate) struct RegistryActor {
+pub(crate) struct Supervisor {
     core: Arc<Core>,
     /// The most live actors since memory was last released.
     peak: usize,
@@ -295,7 +295,7 @@ pub(crate) struct RegistryActor {
     passivating: bool,
 }
 
-impl RegistryActor {
+impl Supervisor {
     pub(crate) fn new(core: Arc<Core>) -> Self {
         Self {
             core,
@@ -362,13 +362,13 @@ impl RegistryActor {
     }
 }
 
-impl std::fmt::Debug for RegistryActor {
+impl std::fmt::Debug for Supervisor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegistryActor").finish_non_exhaustive()
+        f.debug_struct("Supervisor").finish_non_exhaustive()
     }
 }
 
-impl Actor for RegistryActor {
+impl Actor for Supervisor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
@@ -393,12 +393,12 @@ impl Actor for RegistryActor {
 #[rtype(result = "()")]
 pub(crate) struct Passivate;
 
-/// Stops the [`RegistryActor`] (at shutdown).
+/// Stops the [`Supervisor`] (at shutdown).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct StopSupervisor;
 
-impl Handler<StopSupervisor> for RegistryActor {
+impl Handler<StopSupervisor> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, _: StopSupervisor, ctx: &mut Self::Context) {
@@ -406,12 +406,12 @@ impl Handler<StopSupervisor> for RegistryActor {
     }
 }
 
-/// Answered once the [`RegistryActor`] runs (so `start` never returns before it started).
+/// Answered once the [`Supervisor`] runs (so `start` never returns before it started).
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct Ready;
 
-impl Handler<Ready> for RegistryActor {
+impl Handler<Ready> for Supervisor {
     type Result = ();
 
     fn handle(&mut self, _: Ready, _: &mut Self::Context) {}

@@ -16,7 +16,7 @@ use crate::execution::Execution;
 use crate::journal::{ClaimStats, Journal, PersistenceStats};
 use crate::lock::OwnerLock;
 use crate::recovery::{self, SweepReport};
-use crate::registry::{Ready, Registry, RegistryActor, RegistryStats, StopSupervisor};
+use crate::registry::{Ready, Registry, RegistryStats, StopSupervisor, Supervisor};
 use crate::runner::Runner;
 use crate::service::Sessions;
 
@@ -152,7 +152,7 @@ impl RuntimeBuilder {
             after_passivation: self.after_passivation,
             owner: Mutex::new(Some(owner)),
         });
-        let supervisor = RegistryActor::new(core.clone()).start();
+        let supervisor = Supervisor::new(core.clone()).start();
         // Wait until the supervisor runs, so a runtime shut down right after `start` never has
         // it starting during teardown.
         let _ = supervisor.send(Ready).await;
@@ -178,7 +178,7 @@ impl RuntimeBuilder {
 #[derive(Clone)]
 pub struct Runtime {
     core: Arc<Core>,
-    supervisor: Addr<RegistryActor>,
+    supervisor: Addr<Supervisor>,
     arbiters: Arc<Vec<Arbiter>>,
 }
 

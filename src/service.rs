@@ -29,7 +29,7 @@ use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::journal::Created;
-use crate::model::{ListQuery, SessionInfo};
+use crate::records::{ListQuery, SessionInfo};
 
 pub use events::SessionEvents;
 pub use prompt::PromptInput;

@@ -25,8 +25,8 @@ use crate::core::Core;
 use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::id::SessionId;
-use crate::model::Resumption;
 use crate::outcome::{Exit, RunError, Terminal};
+use crate::records::Resumption;
 use crate::registry::{Forget, Passivate, Stamp};
 use crate::turn::{Turn, TurnCause};
 

@@ -15,8 +15,8 @@ use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::id::SessionId;
 use crate::journal::inspect;
-use crate::model::ClaimState;
 use crate::outcome::RunError;
+use crate::records::ClaimState;
 use crate::runner::Runner;
 use crate::turn::Turn;
 

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::event::{kind, EventRecord};
 use crate::id::{MessageId, SessionId};
 use crate::journal::Journal;
-use crate::model::{Admission, Message, Resumption};
+use crate::records::{Admission, Message, Resumption};
 
 /// Why a drain runs: what the runner is asked to serve.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use super::error::ApiError;
 use super::{extract, State};
 use crate::id::{MessageId, SessionId};
-use crate::model::{
+use crate::records::{
     Anchor, Cursor, Delivery, Direction, ListQuery, MessagesQuery, Order, ParentFilter,
 };
 use crate::service::{CreateSession, Creation, PromptInput};

@@ -8,7 +8,7 @@ use super::store;
 use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::id::SessionId;
-use crate::model::ClaimState;
+use crate::records::ClaimState;
 
 fn open(path: &Path) -> Result<rusqlite::Connection, StoreError> {
     let conn = rusqlite::Connection::open(path)?;

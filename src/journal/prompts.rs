@@ -7,8 +7,8 @@ use super::{store, Journal};
 use crate::error::StoreError;
 use crate::event::{kind, EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::model::Reprojection;
-use crate::model::{Admission, Delivery};
+use crate::records::Reprojection;
+use crate::records::{Admission, Delivery};
 
 /// What [`Journal::admit_prompt`] did.
 #[derive(Debug, Clone, PartialEq)]

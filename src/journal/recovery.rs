@@ -9,8 +9,8 @@ use super::{store, Journal};
 use crate::error::StoreError;
 use crate::event::SessionEvent;
 use crate::id::SessionId;
-use crate::model::Resumption;
 use crate::outcome::InterruptReason;
+use crate::records::Resumption;
 
 /// What the sweep has to look at.
 #[derive(Debug, Default)]
@@ -23,7 +23,7 @@ pub(crate) struct RecoveryPlan {
 
 /// A session the sweep takes up.
 #[derive(Debug)]
-pub(crate) enum Orphan {
+pub(crate) enum Unfinished {
     /// Claimed by an earlier boot, with its attempt count (this boot's included).
     Claimed(SessionId, u32),
     /// Holding no claim but an acknowledged prompt owed a turn: the process died before the
@@ -60,7 +60,7 @@ impl Journal {
         self.persistence
             .read(move |conn| {
                 Ok(RecoveryPlan {
-                    claimed: store::list_suspended(conn, Some(&boot))?,
+                    claimed: store::list_claimed(conn, Some(&boot))?,
                     owed: store::adoptable(conn)?,
                 })
             })
@@ -75,7 +75,7 @@ impl Journal {
         &self,
         claimed: Vec<SessionId>,
         boot: String,
-    ) -> Result<Vec<Orphan>, StoreError> {
+    ) -> Result<Vec<Unfinished>, StoreError> {
         // Alone: a savepoint around 10,000 rows would copy every page it touches to the
         // statement journal.
         self.persistence
@@ -83,7 +83,7 @@ impl Journal {
                 let mut counted = Vec::with_capacity(claimed.len());
                 for id in claimed {
                     if let Some(attempts) = store::count_resume(w.conn(), &id, &boot)? {
-                        counted.push(Orphan::Claimed(id, attempts));
+                        counted.push(Unfinished::Claimed(id, attempts));
                     }
                 }
                 Ok(counted)
@@ -94,7 +94,7 @@ impl Journal {
     /// Settles a chunk of orphans in one transaction of its own (see [`sweep_one`]).
     pub(crate) async fn sweep(
         &self,
-        chunk: Vec<Orphan>,
+        chunk: Vec<Unfinished>,
         max: u32,
         boot: String,
     ) -> Result<Vec<Swept>, StoreError> {
@@ -124,12 +124,12 @@ impl Journal {
 /// the owed prompt, since the orphan was listed.
 fn sweep_one(
     w: &mut WriteCtx<'_>,
-    orphan: Orphan,
+    orphan: Unfinished,
     max: u32,
     started: &SessionEvent,
 ) -> Result<Option<Swept>, StoreError> {
     let (id, attempts, inputs) = match orphan {
-        Orphan::Claimed(id, attempts) => {
+        Unfinished::Claimed(id, attempts) => {
             let claimed =
                 store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
             if !claimed {
@@ -155,7 +155,7 @@ fn sweep_one(
             }
             (id, attempts, inputs)
         }
-        Orphan::Owed(id) => return adopt(w, &id, max, started),
+        Unfinished::Owed(id) => return adopt(w, &id, max, started),
     };
     Ok(Some(resume_or_abort(
         w, id, attempts, max, inputs, started,
@@ -193,7 +193,7 @@ fn resume_or_abort(
     id: SessionId,
     attempts: u32,
     max: u32,
-    inputs: Vec<crate::model::Admission>,
+    inputs: Vec<crate::records::Admission>,
     started: &SessionEvent,
 ) -> Result<Swept, StoreError> {
     if attempts > max {

@@ -3,7 +3,7 @@
 use super::{store, Journal};
 use crate::error::StoreError;
 use crate::id::SessionId;
-use crate::model::{ListQuery, SessionInfo};
+use crate::records::{ListQuery, SessionInfo};
 
 /// What [`Journal::create_session`] did.
 #[derive(Debug, Clone, PartialEq)]

@@ -24,7 +24,7 @@ pub(crate) mod schema;
 mod session;
 
 pub(crate) use claim::{
-    claim, claim_counts, claim_state, count_adoption, count_resume, list_suspended, release,
+    claim, claim_counts, claim_state, count_adoption, count_resume, list_claimed, release,
     release_child_claims,
 };
 #[allow(unused_imports)]
@@ -119,7 +119,7 @@ pub(crate) mod test_support {
     use super::pool::{self, StoreConfig};
     use crate::error::StoreError;
     use crate::id::{MessageId, SessionId};
-    use crate::model::SessionInfo;
+    use crate::records::SessionInfo;
 
     /// A temporary directory, with the I/O error carried as a store error.
     pub(crate) fn tempdir() -> Result<TempDir, StoreError> {

@@ -12,8 +12,8 @@ use super::{store, Journal};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::model::{Admission, Message, MessagesQuery};
 use crate::outcome::Terminal;
+use crate::records::{Admission, Message, MessagesQuery};
 
 /// A transcript read for the session service.
 #[derive(Debug)]

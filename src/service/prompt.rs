@@ -14,7 +14,7 @@ use super::{validate, Sessions};
 use crate::error::{Error, Result};
 use crate::id::{MessageId, SessionId};
 use crate::journal::Admitted;
-use crate::model::{Admission, Delivery, Reprojection};
+use crate::records::{Admission, Delivery, Reprojection};
 
 /// What [`Sessions::prompt`] takes.
 ///

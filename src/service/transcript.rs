@@ -7,7 +7,7 @@ use super::{validate, Sessions};
 use crate::error::{Error, Result};
 use crate::id::{MessageId, SessionId};
 use crate::journal::Transcript;
-use crate::model::{Message, MessagesQuery};
+use crate::records::{Message, MessagesQuery};
 
 impl Sessions {
     /// Maps a transcript read's outcome to the service's answer.

@@ -67,7 +67,7 @@ impl Bell {
 }
 
 /// One execution (turn) of the session.
-struct Execution<T: Tokens> {
+struct TurnState<T: Tokens> {
     id: u64,
     phase: Phase,
     /// Mode of the current (or first) drain.
@@ -110,10 +110,10 @@ struct Execution<T: Tokens> {
 ///
 /// An idle session carries only this (24 bytes: it lives inline in every session actor, so its
 /// size is part of every live actor's); everything an execution needs, including the chain's
-/// idle waiters, is boxed in [`Execution`].
+/// idle waiters, is boxed in [`TurnState`].
 pub struct Coordinator<T: Tokens, E> {
     /// Boxed so an idle session (most of them) carries one pointer, not the whole execution.
-    execution: Option<Box<Execution<T>>>,
+    execution: Option<Box<TurnState<T>>>,
     /// The highest interrupt seq seen (durable: seeded from the store at actor start).
     boundary: Fence,
     /// The next execution or drain id (one counter for both; ids only need to differ from the
@@ -206,7 +206,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
     ) -> Effect<T, E> {
         let id = next_id(&mut self.next_id);
         let (idle, chain_failure) = chain;
-        self.execution = Some(Box::new(Execution {
+        self.execution = Some(Box::new(TurnState {
             id,
             phase: Phase::Starting,
             mode,

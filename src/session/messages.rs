@@ -25,7 +25,7 @@ pub(crate) struct Resume {
     /// Set by the restart sweep, which already committed the claim (`session.execution.started`)
     /// of this turn: if the resume starts a turn, it goes straight to the drain, whose cause is
     /// this recovery.
-    pub(crate) recovery: Option<std::sync::Arc<crate::model::Resumption>>,
+    pub(crate) recovery: Option<std::sync::Arc<crate::records::Resumption>>,
 }
 
 /// Interrupt the running turn.

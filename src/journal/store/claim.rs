@@ -6,7 +6,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::{seq_param, session_id, StoreError};
 use crate::id::SessionId;
-use crate::model::ClaimState;
+use crate::records::ClaimState;
 
 /// Claims `id` for a turn started by process boot `boot` with the event at `seq`. The first
 /// claim's time, seq (`claim_seq`) and the attempt count survive a second claim (a resumed
@@ -69,7 +69,7 @@ pub(crate) fn count_adoption(conn: &Connection, id: &SessionId) -> Result<Option
 
 /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot` (a
 /// claim without a boot is never excluded).
-pub(crate) fn list_suspended(
+pub(crate) fn list_claimed(
     conn: &Connection,
     exclude_boot: Option<&str>,
 ) -> Result<Vec<SessionId>, StoreError> {
@@ -225,7 +225,7 @@ mod tests {
     }
 
     #[test]
-    fn list_suspended_excludes_children_unclaimed_and_excluded_boot() -> Result<(), StoreError> {
+    fn list_claimed_excludes_children_unclaimed_and_excluded_boot() -> Result<(), StoreError> {
         let db = test_db()?;
         let conn = &db.conn;
         for (id, parent) in [
@@ -243,9 +243,9 @@ mod tests {
         claim(conn, &sid("anon"), 40, 1, "boot-old")?;
         conn.execute("UPDATE session SET claim_boot = NULL WHERE id = 'anon'", [])?;
 
-        let all = list_suspended(conn, None)?;
+        let all = list_claimed(conn, None)?;
         assert_eq!(all, vec![sid("old"), sid("mine"), sid("anon")]);
-        let others = list_suspended(conn, Some("boot-now"))?;
+        let others = list_claimed(conn, Some("boot-now"))?;
         assert_eq!(others, vec![sid("old"), sid("anon")]);
         Ok(())
     }

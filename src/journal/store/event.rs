@@ -225,8 +225,8 @@ mod tests {
     use crate::journal::store::{
         admit, append_message, claim_state, get_input, messages, pending_inputs, promote_steer,
     };
-    use crate::model::Delivery;
-    use crate::model::MessagesQuery;
+    use crate::records::Delivery;
+    use crate::records::MessagesQuery;
 
     #[test]
     fn seqs_start_at_zero_and_are_independent_per_session() -> Result<(), StoreError> {
@@ -457,7 +457,7 @@ mod tests {
         promote_steer(conn, &s, Some(1), 5)?;
         append_message(conn, &s, &mid("a1"), "assistant", &json!({"text": "ok"}), 6)?;
         let inputs =
-            |conn: &Connection| -> Result<Vec<Option<crate::model::Admission>>, StoreError> {
+            |conn: &Connection| -> Result<Vec<Option<crate::records::Admission>>, StoreError> {
                 ["p1", "p2", "p3"]
                     .iter()
                     .map(|id| get_input(conn, &mid(id)))

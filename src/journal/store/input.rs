@@ -9,7 +9,7 @@ use super::{
 };
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::model::{Admission, Delivery};
+use crate::records::{Admission, Delivery};
 
 macro_rules! input_columns {
     () => {

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::model::{Direction, Message, MessagesQuery, Order};
+use crate::records::{Direction, Message, MessagesQuery, Order};
 
 macro_rules! message_columns {
     () => {
@@ -236,7 +236,7 @@ mod tests {
     use crate::event::kind;
     use crate::journal::store::test_support::{create, mid, sid, test_db};
     use crate::journal::store::{admit, latest_seq};
-    use crate::model::{Cursor, Delivery};
+    use crate::records::{Cursor, Delivery};
 
     fn ids(page: &[Message]) -> Vec<&str> {
         page.iter().map(|m| m.id.as_str()).collect()

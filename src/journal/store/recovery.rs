@@ -13,7 +13,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::{get_opt_seq, input, seq_param, session_id, StoreError};
 use crate::id::{MessageId, SessionId};
-use crate::model::Admission;
+use crate::records::Admission;
 
 /// Marks the pending input `id` as owed a turn. A no-op for a promoted input.
 pub(crate) fn mark_wake(conn: &Connection, id: &MessageId) -> Result<(), StoreError> {
@@ -158,7 +158,7 @@ mod tests {
     use crate::event::kind;
     use crate::journal::store::test_support::{create, mid, sid, test_db};
     use crate::journal::store::{admit, promote_queue, promote_steer, publish};
-    use crate::model::Delivery;
+    use crate::records::Delivery;
 
     fn started(conn: &Connection, s: &SessionId) -> Result<u64, StoreError> {
         Ok(publish(conn, s, kind::EXECUTION_STARTED, &json!({ "boot": "b" }), 1)?.seq)

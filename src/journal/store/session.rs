@@ -8,7 +8,7 @@ use super::{
 };
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::model::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
+use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
 macro_rules! session_columns {
     () => {
@@ -221,7 +221,7 @@ mod tests {
     use crate::event::kind;
     use crate::journal::store::test_support::{create, info, sid, test_db};
     use crate::journal::store::{events_after, latest_seq};
-    use crate::model::Anchor;
+    use crate::records::Anchor;
 
     #[test]
     fn get_session_round_trips_every_field() -> Result<(), StoreError> {
