@@ -200,7 +200,8 @@ impl Terminal {
     }
 }
 
-/// Classifies how a turn ended (reference §2.4).
+/// Classifies how a turn ended: the one place that decides which terminal event a drain's
+/// ending records.
 ///
 /// A cancelled drain is `Interrupted` with `reason`, defaulting to `shutdown`;
 /// [`RunError::UserInterrupted`] is `Interrupted{user}`; any other error is `Failed`.

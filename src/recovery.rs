@@ -134,7 +134,7 @@ mod tests {
     use crate::testing::{self, Gate, Script, ScriptedRunner};
     use crate::Runtime;
 
-    /// Regression (issue #7): two sweeps running at once in one boot count each orphaned turn
+    /// Regression: two sweeps running at once in one boot count each orphaned turn
     /// once, publish one restart notice for it and resume it once. Before the fix both sweeps
     /// listed every orphan before either counted, so each was counted twice (spending its
     /// resume budget twice as fast) and got two notices.
