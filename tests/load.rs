@@ -1,4 +1,4 @@
-//! Load and supervision (issue #7, parts 4 and 5).
+//! Load and supervision: many sessions under random prompts, and drains that panic.
 //!
 //! Load: many sessions receive prompts at random instants over a fixed window, with random user
 //! interrupts, bare wakes and explicit resumes thrown in, on one runtime with the echo runner
