@@ -22,7 +22,8 @@ pub struct SweepReport {
     /// Sessions whose turn exhausted its resume budget and was recorded as `aborted`.
     pub terminalized: Vec<SessionId>,
     /// Claimed turns a durable user interrupt request had stopped before the crash: recorded
-    /// as `interrupted{user}` and released, never resumed.
+    /// as `interrupted{user}` and released, never resumed. A session listed in `resumed` too was
+    /// then taken up again, in the same sweep, for a prompt acknowledged after the request.
     pub interrupted: Vec<SessionId>,
 }
 
