@@ -107,60 +107,61 @@
 //!
 //! # Layout
 //!
-//! Each module owns one thing. Only `journal` touches the database: the public handles
-//! (`service`, `execution`, `turn`, `runtime`), the restart sweep and the actors (`registry`,
-//! `session`) call it with domain types, and `journal` itself imports only the vocabulary all
-//! of them share (`model`, `event`, `id`, `error`, `outcome`, `config`) and the test-only
-//! crash points.
+//! Each module owns one thing; the public types are re-exported at the crate root. Only
+//! `journal` touches the database: the public handles (`service`, `execution`, `turn`,
+//! `runtime`), the restart sweep and the actors (`registry`, `session`) call it with domain
+//! types, and `journal` itself imports only the vocabulary all of them share (`model`, `event`,
+//! `id`, `error`, `outcome`, `config`) and the test-only crash points.
 //!
-//! - `journal` (private): every durable operation, named for what it means to a session
+//! - `journal` (internal): every durable operation, named for what it means to a session
 //!   (create it, admit a prompt, request an interrupt, claim and settle a turn, promote, append,
 //!   the sweep's plan and writes), and every read. It is the only importer of `journal::store`
 //!   (plain rusqlite functions: schema migrations, the pool and its PRAGMAs, every query and
 //!   projection write) and of `journal::persistence` (the writer thread that group-commits the
 //!   requests of many sessions, a savepoint each, answers after COMMIT and then broadcasts the
 //!   committed events), so no layer above sees a connection or a transaction.
-//! - `recovery` (private): the restart sweep. It resumes every turn an earlier process left
+//! - `recovery` (internal): the restart sweep. It resumes every turn an earlier process left
 //!   claimed and every session owed a turn (an acknowledged prompt whose turn never started),
 //!   counting each attempt durably; aborts turns over budget; records the user interrupts a
 //!   crash cut short.
-//! - `registry` (private): which session actor serves which session on which arbiter, the set
+//! - `registry` (internal): which session actor serves which session on which arbiter, the set
 //!   of sessions with a turn in this process, and the `RegistryActor` that passivates idle
 //!   actors.
-//! - `session` (private): the `SessionActor`, one per live session, a thin actix shell that
+//! - `session` (internal): the `SessionActor`, one per live session, a thin actix shell that
 //!   carries out its coordinator's effects: commits the claim before calling the runner, runs
 //!   the drain as a cancellable future (a panic is recorded as `failed{panic}` and the actor is
 //!   replaced), commits the terminal, and starts the next queued prompt's turn.
 //!   - `session::coordinator`: the per-session state machine (joiners, doorbell, interrupt
 //!     fences, successor turns, the stop barrier) as plain data: no actix and no I/O, so it is
 //!     unit- and property-tested on its own.
-//! - `outcome` (private, re-exported): how a drain ends ([`RunError`], [`Exit`]) and how that
-//!   ending is classified ([`terminal`], [`Terminal`]).
-//! - [`turn`]: [`Turn`], what a drain is given: its [`TurnCause`], what it resumes, and the
-//!   writes a runner makes (promote prompts, append messages, publish events).
-//! - [`runner`]: the [`Runner`] trait you implement.
-//! - [`service`]: [`Sessions`], the session service: create, list, prompt admission, interrupt
+//! - `outcome`: how a drain ends ([`RunError`], `Exit`) and how that ending is classified
+//!   (`terminal`, [`Terminal`]).
+//! - `turn`: [`Turn`], what a drain is given: its [`TurnCause`], what it resumes, and the writes
+//!   a runner makes (promote prompts, append messages, publish events). It holds only the
+//!   journal and its session.
+//! - `runner`: the [`Runner`] trait you implement.
+//! - `service`: [`Sessions`], the session service: create, list, prompt admission, interrupt
 //!   and resume, transcripts and replay-then-live event streams; every input is validated before
 //!   anything is read or written.
-//! - [`execution`]: [`Execution`], the handle that starts, wakes, interrupts and awaits turns by
+//! - `execution`: [`Execution`], the handle that starts, wakes, interrupts and awaits turns by
 //!   messaging session actors.
-//! - [`runtime`]: [`Runtime`] and [`RuntimeBuilder`]: take the owner lock, open the journal,
-//!   start the arbiters and the registry, run the sweep, shut down gracefully. Every handle
-//!   ([`Sessions`], [`Execution`], [`Turn`]) holds the runtime's shared handles (journal,
-//!   runner, registry, configuration).
+//! - `runtime`: [`Runtime`] and [`RuntimeBuilder`]: take the owner lock, open the journal,
+//!   start the arbiters and the registry, run the sweep, shut down gracefully. [`Sessions`] and
+//!   [`Execution`] hold the runtime's shared handles (journal, runner, registry, configuration).
 //! - `http` (feature `http`): the actix-web adapter: the session service as JSON routes and each
 //!   session's event log as Server-Sent Events.
-//! - `lock` (private): the exclusive OS lock on `<database>.lock` that makes one runtime own a
+//! - `lock` (internal): the exclusive OS lock on `<database>.lock` that makes one runtime own a
 //!   database file.
-//! - [`model`]: the public data types: sessions, list and transcript queries, admissions,
+//! - `model`: the public data types: sessions, list and transcript queries, admissions,
 //!   transcript messages, claim state, resumptions.
-//! - [`event`]: event wire names and the stored [`EventRecord`].
-//! - [`id`]: the validated identifiers [`SessionId`] and [`MessageId`].
-//! - [`error`]: [`Error`], the error every public method returns, and [`StoreError`] for the
+//! - `event`: the events the runtime publishes itself, typed ([`SessionEvent`]), their wire
+//!   names (`kind`), and the stored [`EventRecord`] every event becomes.
+//! - `id`: the validated identifiers [`SessionId`] and [`MessageId`].
+//! - `error`: [`Error`], the umbrella error of the public API, and [`StoreError`] for the
 //!   SQLite layer.
-//! - [`config`]: [`RuntimeConfig`], every knob with its documented default.
-//! - [`testing`]: a [`testing::ScriptedRunner`] and helpers that read (or seed) claims and
-//!   events straight from a database file, for your own integration tests.
+//! - `config`: [`RuntimeConfig`], every knob with its documented default, and [`Synchronous`].
+//! - `testing`: a [`testing::ScriptedRunner`] and helpers that read (or seed) claims and events
+//!   straight from a database file, for your own integration tests.
 //! - `crash` (hidden): the named crash points of the crash matrix; they compile to nothing
 //!   without the test-only `crash-points` feature.
 #![forbid(unsafe_code)]
