@@ -273,7 +273,8 @@ mod tests {
         );
     }
 
-    /// Every provider reason tag maps to its recorded type (reference §2.4 / §6.5).
+    /// Every provider reason tag maps to its recorded type, the `type` a client reads in
+    /// `session.execution.failed`.
     #[test]
     fn maps_every_provider_reason_to_its_error_type() {
         let expected = [
