@@ -1,4 +1,4 @@
-//! The runtime benchmark harness (issue #6): `cargo bench --bench runtime -- [scenario...]
+//! The runtime benchmark harness: `cargo bench --bench runtime -- [scenario...]
 //! [--quick]`.
 //!
 //! Scenarios: `ceiling` (raw SQLite commits and the naive two-commit turn), `turns` (empty-drain

@@ -1,11 +1,15 @@
-//! Opens (or creates) `./durable-sessions.db`, runs one turn of a tiny runner, and prints what
-//! was recorded. Run it twice to see the log grow:
+//! Opens (or creates) `./durable-sessions.db` (or the file given as the first argument), runs
+//! one turn of the session `basic` with a tiny runner that appends one assistant message, and
+//! prints the session's whole event log, marking the events this run added. The session id is
+//! fixed, so each run adds a turn to the same stored session: run it twice and the second log
+//! is the first one plus one more turn.
 //!
 //! ```text
 //! cargo run --example basic
+//! cargo run --example basic   # the same session, one turn longer
 //! ```
 
-use durable_sessions::{CreateSession, RunError, Runner, Runtime, Turn};
+use durable_sessions::{CreateSession, RunError, Runner, Runtime, SessionId, Turn};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
@@ -34,21 +38,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .runner(Greeter)
             .start()
             .await?;
+        // A fixed id: `create` is idempotent, so a later run finds this session stored.
         let session = runtime
             .sessions()
             .create(CreateSession {
+                id: Some(SessionId::new("basic")?),
                 directory: std::env::current_dir()?.display().to_string(),
                 ..CreateSession::default()
             })
             .await?;
+        let db = std::path::Path::new(&path);
+        // The events already stored by earlier runs (none when this run created the session).
+        let before = if session.is_created() {
+            0
+        } else {
+            durable_sessions::testing::events(db, &session.id)?.len()
+        };
         let outcome = runtime.execution().resume(&session.id).await?;
-        let events = durable_sessions::testing::events(std::path::Path::new(&path), &session.id)?;
+        let events = durable_sessions::testing::events(db, &session.id)?;
         println!("database: {path}");
-        println!("session:  {} ({})", session.id, session.title);
+        let whence = if session.is_created() {
+            "created by this run"
+        } else {
+            "stored by an earlier run"
+        };
+        println!("session:  {} ({}), {whence}", session.id, session.title);
         println!("turn:     {outcome:?}");
-        for event in events {
-            println!("event {:>3} {} {}", event.seq, event.kind, event.data);
+        println!(
+            "its event log, {} events ('+' marks the {} this run added):",
+            events.len(),
+            events.len() - before
+        );
+        for (i, event) in events.iter().enumerate() {
+            let mark = if i >= before { '+' } else { ' ' };
+            let (seq, kind, data) = (event.seq, &event.kind, &event.data);
+            println!("{mark} event {seq:>3} {kind} {data}");
         }
+        println!("run it again: the same session gets one more turn and its log grows");
         println!("stats:    {:?}", runtime.stats());
         runtime.shutdown().await;
         Ok(())

@@ -17,7 +17,8 @@ pub(crate) const AFTER_DRAIN_BEFORE_RELEASE: &str = "after_drain_before_release"
 pub(crate) const SWEEP_AFTER_COUNT: &str = "sweep_after_count";
 /// Inside the admission write of a prompt, before its transaction commits.
 pub(crate) const DURING_ADMISSION: &str = "during_admission";
-/// After an admission with `resume` committed (and was acknowledged), before its wake is sent.
+/// After an admission with `resume` committed, before its wake is sent (so before its caller
+/// was answered).
 pub(crate) const AFTER_ADMISSION_BEFORE_WAKE: &str = "after_admission_before_wake";
 /// After a user interrupt request committed, before the interrupt reaches the turn.
 pub(crate) const AFTER_INTERRUPT_REQUEST: &str = "after_interrupt_request";

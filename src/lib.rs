@@ -3,20 +3,167 @@
 //! A crash-safe, one-actor-per-session execution runtime for conversational work (AI-agent
 //! sessions, chat bots, long-running jobs), built on actix with an embedded SQLite store.
 //!
+//! A *session* receives prompts and runs *turns* through your [`Runner`]. A turn is claimed
+//! durably before your code runs, so a process that dies mid-turn has the turn resumed on its
+//! next boot instead of losing it; every session keeps an ordered, replayable event log.
+//!
+//! # Quickstart
+//!
+//! Implement [`Runner`], start a [`Runtime`] on a database file inside an actix `System`, and
+//! drive sessions through [`Runtime::sessions`] (create, list, prompt, interrupt, transcripts,
+//! event streams) and [`Runtime::execution`] (resume, wake, interrupt, await idle):
+//!
+//! ```no_run
+//! use durable_sessions::{CreateSession, RunError, Runner, Runtime, Turn};
+//! use futures::future::LocalBoxFuture;
+//! use futures::FutureExt;
+//! use serde_json::json;
+//!
+//! /// Your agent: promote pending prompts, call the model, append the answer.
+//! struct Agent;
+//!
+//! impl Runner for Agent {
+//!     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
+//!         async move {
+//!             for prompt in turn.promote_steer(None).await? {
+//!                 let answer = json!({ "text": format!("you said {}", prompt.prompt) });
+//!                 turn.append_message("assistant", answer).await?;
+//!             }
+//!             Ok(())
+//!         }
+//!         .boxed_local()
+//!     }
+//! }
+//!
+//! #[actix_rt::main]
+//! async fn main() -> Result<(), durable_sessions::Error> {
+//!     let runtime = Runtime::builder()
+//!         .database("durable-sessions.db")
+//!         .runner(Agent)
+//!         .max_resume_attempts(10)
+//!         .start() // opens/migrates the file and resumes turns a crash left behind
+//!         .await?;
+//!     let session = runtime
+//!         .sessions()
+//!         .create(CreateSession { directory: "/srv/app".into(), ..Default::default() })
+//!         .await?;
+//!     let outcome = runtime.execution().resume(&session.id).await?;
+//!     println!("turn ended: {outcome:?}");
+//!     runtime.shutdown().await; // running turns keep their claims for the next boot
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The module `http` (cargo feature `http`, on by default) serves the same service as JSON over
+//! HTTP with Server-Sent Events; `examples/server.rs` is a complete server, and the README walks
+//! through it with curl.
+//!
+//! # Guarantees
+//!
+//! | what happens | the turn's claim | next boot | recorded |
+//! |---|---|---|---|
+//! | turn completes | released | nothing to do | `session.execution.succeeded` |
+//! | runner returns an error / panics | released | nothing to do | `session.execution.failed` (`provider.*`, `panic`, `unknown`, …) |
+//! | user interrupt | released | not resumed | `session.execution.interrupted{user}` |
+//! | user interrupt committed, then crash before the turn's terminal (or a racing shutdown) | **kept** | **not resumed**: recorded then, released | `session.execution.interrupted{user}` (by the sweep) |
+//! | graceful shutdown | **kept** | resumed with the continue notice | `session.execution.interrupted{shutdown}` (best effort) |
+//! | crash / `SIGKILL` / OOM | **kept** | resumed with the continue notice | nothing (the claim is the record) |
+//! | prompt acknowledged (`202`, or `prompt` returned `Ok` with `resume: true`), crash before its turn started | none | **run**, with the continue notice | the admission's wake mark is the record |
+//! | crashed more than `max_resume_attempts` times | released | not resumed | `session.execution.failed{aborted}` |
+//!
+//! What the table promises, in words:
+//!
+//! - **Acknowledged ⇒ runs.** A prompt admitted with `resume: true` is marked, in the admission's
+//!   own transaction, as owed a turn: if the process dies at any instant after the answer, the
+//!   next boot runs it without the client sending it again. A prompt admitted with
+//!   `resume: false` is only stored (a later turn promotes it).
+//! - **Every queued prompt runs, each in its own turn, in order.** After a turn settles, if
+//!   `queue` prompts admitted after the last interrupt are still pending (and the turn promoted
+//!   something), the session starts the next turn by itself; across a restart too.
+//! - **An interrupt sticks, even across a crash.** [`Sessions::interrupt`] either takes effect
+//!   or stores nothing and returns an error. Once `session.interrupt.requested` is committed,
+//!   the turn it interrupts is never resumed: if the process dies before the turn's terminal, or
+//!   a shutdown races the interrupt, the next boot records `interrupted{user}` instead of
+//!   resuming it. The prompts of an interrupted turn are marked interrupted in the transcript
+//!   ([`Message::interrupted`], `"interrupted": true` over HTTP), so no runner answers them
+//!   again.
+//! - **A resumed turn knows what it resumes.** [`Turn::cause`] says why a drain runs (a prompt's
+//!   wake, an explicit resume, or a recovery) and [`Turn::resumption`], for a turn the sweep
+//!   resumed, which attempt of how many it is, the seq of its restart notice, and the inputs the
+//!   killed attempt had promoted and not finished (never one an earlier turn finished, never one
+//!   a user interrupted).
+//! - **One owner per database file** (below).
+//!
+//! Recovery is at-least-once: a resumed turn may repeat side effects of its interrupted attempt;
+//! the runner is told (the `session.synthetic` notice and [`Turn::resumption`]) so it can
+//! continue without repeating work.
+//!
+//! One owner per database file: [`RuntimeBuilder::start`] takes an exclusive OS lock on
+//! `<database>.lock` before it opens the database and holds it until [`Runtime::shutdown`] (the
+//! OS drops it when the process dies, so a restart after a crash is never refused). A second
+//! runtime on the same file, in this process or another, fails at once with
+//! [`Error::DatabaseInUse`] (naming the holder's pid) and writes nothing. Read-only tools such
+//! as `sqlite3` are not blocked.
+//!
 //! # Layout
 //!
-//! - `store` (private): plain rusqlite functions over a connection or transaction:
-//!   schema migrations, the connection pool, and every read and projection write.
-//! - `persistence`: the Persistence actor. It owns the pool, runs every write on one writer
-//!   thread and group-commits requests from many sessions into one transaction.
-//! - `session::coordinator`: the per-session state machine (joiners, doorbell, fences,
-//!   successor turns) as plain data, with no actix and no I/O.
-//! - `session`: the `SessionActor`, a thin actix shell over the coordinator.
-//! - `registry`: the `Supervisor` (spawn on demand, supervise, passivate) and the restart sweep.
-//! - `runtime`/`service`: the public handles `Runtime`, `Sessions` and `Execution`.
-//! - `lock`: the exclusive lock on `<database>.lock` that makes one runtime own the database.
+//! Each module owns one thing; the public types are re-exported at the crate root. Only
+//! `journal` touches the database: the public handles (`service`, `execution`, `turn`,
+//! `runtime`), the restart sweep and the actors (`registry`, `session`) call it with domain
+//! types, and `journal` itself imports only the vocabulary all of them share (`records`, `event`,
+//! `id`, `error`, `outcome`, `config`) and the test-only crash points.
 //!
-//! Dependencies point down: service → registry → session → persistence → store.
+//! - `journal` (internal): every durable operation, named for what it means to a session
+//!   (create it, admit a prompt, request an interrupt, claim and settle a turn, promote, append,
+//!   the sweep's plan and writes), and every read. It is the only importer of `journal::store`
+//!   (plain rusqlite functions: schema migrations, the pool and its PRAGMAs, every query and
+//!   projection write) and of `journal::persistence` (the writer thread that group-commits the
+//!   requests of many sessions, a savepoint each, answers after COMMIT and then broadcasts the
+//!   committed events), so no layer above sees a connection or a transaction.
+//! - `recovery` (internal): the restart sweep. It resumes every turn an earlier process left
+//!   claimed and every session owed a turn (an acknowledged prompt whose turn never started),
+//!   counting each attempt durably; aborts turns over budget; records the user interrupts a
+//!   crash cut short.
+//! - `registry` (internal): which session actor serves which session on which arbiter, the set
+//!   of sessions with a turn in this process, and the `Supervisor` actor that passivates idle
+//!   actors.
+//! - `session` (internal): the `SessionActor`, one per live session, a thin actix shell that
+//!   carries out its coordinator's effects: commits the claim before calling the runner, runs
+//!   the drain as a cancellable future (a panic is recorded as `failed{panic}` and the actor is
+//!   replaced), commits the terminal, and starts the next queued prompt's turn.
+//!   - `session::coordinator`: the per-session state machine (joiners, doorbell, interrupt
+//!     fences, successor turns, the stop barrier) as plain data: no actix and no I/O, so it is
+//!     unit- and property-tested on its own.
+//! - `outcome`: how a drain ends ([`RunError`], `Exit`) and how that ending is classified
+//!   (`terminal`, [`Terminal`]).
+//! - `turn`: [`Turn`], what a drain is given: its [`TurnCause`], what it resumes, and the writes
+//!   a runner makes (promote prompts, append messages, publish events). It holds only the
+//!   journal and its session.
+//! - `runner`: the [`Runner`] trait you implement.
+//! - `service`: [`Sessions`], the session service: create, list, prompt admission, interrupt
+//!   and resume, transcripts and replay-then-live event streams; every input is validated before
+//!   anything is read or written.
+//! - `execution`: [`Execution`], the handle that starts, wakes, interrupts and awaits turns by
+//!   messaging session actors.
+//! - `runtime`: [`Runtime`] and [`RuntimeBuilder`]: take the owner lock, open the journal,
+//!   start the arbiters and the registry, run the sweep, shut down gracefully. [`Sessions`] and
+//!   [`Execution`] hold the runtime's shared handles (journal, runner, registry, configuration).
+//! - `http` (feature `http`): the actix-web adapter: the session service as JSON routes and each
+//!   session's event log as Server-Sent Events.
+//! - `lock` (internal): the exclusive OS lock on `<database>.lock` that makes one runtime own a
+//!   database file.
+//! - `records`: the public data types: sessions, list and transcript queries, admissions,
+//!   transcript messages, claim state, resumptions.
+//! - `event`: the events the runtime publishes itself, typed ([`SessionEvent`]), their wire
+//!   names (`kind`), and the stored [`EventRecord`] every event becomes.
+//! - `id`: the validated identifiers [`SessionId`] and [`MessageId`].
+//! - `error`: [`Error`], the umbrella error of the public API, and [`StoreError`] for the
+//!   SQLite layer.
+//! - `config`: [`RuntimeConfig`], every knob with its documented default, and [`Synchronous`].
+//! - `testing`: a [`testing::ScriptedRunner`] and helpers that read (or seed) claims and events
+//!   straight from a database file, for your own integration tests.
+//! - `crash` (hidden): the named crash points of the crash matrix; they compile to nothing
+//!   without the test-only `crash-points` feature.
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 

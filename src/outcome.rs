@@ -200,7 +200,8 @@ impl Terminal {
     }
 }
 
-/// Classifies how a turn ended (reference §2.4).
+/// Classifies how a turn ended: the one place that decides which terminal event a drain's
+/// ending records.
 ///
 /// A cancelled drain is `Interrupted` with `reason`, defaulting to `shutdown`;
 /// [`RunError::UserInterrupted`] is `Interrupted{user}`; any other error is `Failed`.
@@ -272,7 +273,8 @@ mod tests {
         );
     }
 
-    /// Every provider reason tag maps to its recorded type (reference §2.4 / §6.5).
+    /// Every provider reason tag maps to its recorded type, the `type` a client reads in
+    /// `session.execution.failed`.
     #[test]
     fn maps_every_provider_reason_to_its_error_type() {
         let expected = [

@@ -22,7 +22,8 @@ pub struct SweepReport {
     /// Sessions whose turn exhausted its resume budget and was recorded as `aborted`.
     pub terminalized: Vec<SessionId>,
     /// Claimed turns a durable user interrupt request had stopped before the crash: recorded
-    /// as `interrupted{user}` and released, never resumed.
+    /// as `interrupted{user}` and released, never resumed. A session listed in `resumed` too was
+    /// then taken up again, in the same sweep, for a prompt acknowledged after the request.
     pub interrupted: Vec<SessionId>,
 }
 
@@ -134,7 +135,7 @@ mod tests {
     use crate::testing::{self, Gate, Script, ScriptedRunner};
     use crate::Runtime;
 
-    /// Regression (issue #7): two sweeps running at once in one boot count each orphaned turn
+    /// Regression: two sweeps running at once in one boot count each orphaned turn
     /// once, publish one restart notice for it and resume it once. Before the fix both sweeps
     /// listed every orphan before either counted, so each was counted twice (spending its
     /// resume budget twice as fast) and got two notices.

@@ -13,7 +13,8 @@ use crate::turn::Turn;
 pub trait Runner: Send + Sync + 'static {
     /// Runs one drain of the session's pending work.
     ///
-    /// `turn.is_forced()` is true for an explicit resume ("make at least one attempt even if
-    /// nothing new is pending") and false for an advisory wake ("drain only if work exists").
+    /// `turn.is_forced()` is true for an explicit resume or a recovery ("make at least one
+    /// attempt even if nothing new is pending") and false for an advisory wake ("drain only if
+    /// work exists"); `turn.cause()` says which, and `turn.resumption()` what a recovery resumes.
     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>>;
 }

@@ -233,7 +233,10 @@ impl Runtime {
         &self.core.boot
     }
 
-    /// Resumes every turn an earlier boot left claimed (reference §3); see [`SweepReport`].
+    /// The restart sweep, which `start` runs unless [`RuntimeBuilder::sweep_on_start`] is off:
+    /// resumes every turn an earlier boot left claimed and every session owed a turn (a prompt
+    /// acknowledged before a crash whose turn never started), aborts turns over their resume
+    /// budget, and records user interrupts a crash cut short; see [`SweepReport`].
     ///
     /// # Errors
     /// [`Error::Store`] when the sweep's writes fail (a retry is safe: counts already committed

@@ -7,12 +7,11 @@
 //!   `await_idle`, `active`);
 //! - `transcript`: `messages`, `message` and `context`;
 //! - `events`: the replay-then-live [`SessionEvents`] stream;
-//! - `validate`: the input limits every method checks before touching the store (SPEC §7);
-//! - `sql`: the few statements the service runs itself.
+//! - `validate`: the input limits every method checks before touching the store.
 //!
 //! Every method validates its input first (an invalid input is [`Error::InvalidInput`] and
 //! nothing is read or written), then checks that the session exists ([`Error::NotFound`]), then
-//! does its work. Writes go through the Persistence actor; a check-and-write runs inside one
+//! does its work. Reads and writes go through the journal; a check-and-write runs inside one
 //! write request, so the single writer serializes it against every other write.
 
 mod control;
@@ -192,9 +191,10 @@ impl Sessions {
             })
     }
 
-    /// Sessions matching `query` (reference §5): exact `directory`, parent filter, `search`
+    /// Sessions matching `query`: exact `directory`, parent filter, `search`
     /// (title contains the text, `%` and `_` taken literally), sorted on `(time_created, id)` in
-    /// `order` (newest first by default), keyset-paged from `anchor`. A `previous` anchor reads
+    /// `order` (newest first by default), keyset-paged from `anchor` (so sessions created while
+    /// a client pages never shift a page, as offsets would). A `previous` anchor reads
     /// the page before the anchor; every page reads in the requested order.
     ///
     /// # Errors

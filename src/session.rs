@@ -2,9 +2,9 @@
 //!
 //! Its mailbox serializes `Wake`, `Resume`, `Interrupt`, `AwaitIdle` and `Close` for one
 //! session. Decisions are the coordinator's; the actor carries out its effects: it commits the
-//! claim (with `session.execution.started`) through the Persistence actor *before* calling the
-//! runner, runs the drain as a cancellable future on its arbiter (a panic is caught and recorded
-//! as `Failed{kind: "panic"}`), and commits the terminal event (+ release, except on shutdown).
+//! claim (with `session.execution.started`) through the journal *before* calling the runner,
+//! runs the drain as a cancellable future on its arbiter (a panic is caught and recorded as
+//! `Failed{kind: "panic"}`), and commits the terminal event (+ release, except on shutdown).
 
 pub(crate) mod coordinator;
 pub(crate) mod messages;

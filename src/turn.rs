@@ -1,5 +1,5 @@
 //! [`Turn`]: what a runner's drain is given — the session, how the drain was started, and
-//! methods that write through the Persistence actor.
+//! methods that write through the journal.
 
 use std::sync::Arc;
 

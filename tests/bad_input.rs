@@ -1,4 +1,4 @@
-//! Bad input (issue #7, SPEC §7), table-driven: every malformed input to the session service —
+//! Bad input, table-driven: every malformed input to the session service —
 //! invalid ids (empty, 256 bytes, control characters), oversized or wrongly shaped prompts,
 //! JSON nested too deep, wrong delivery strings, unknown sessions, absurd paging values,
 //! conflicting prompt ids — is answered with a typed error (`InvalidInput` naming the field,

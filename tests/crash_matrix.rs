@@ -1,4 +1,4 @@
-//! The crash matrix (issues #7, #11): nothing lost, nothing resurrected, nothing run twice,
+//! The crash matrix: nothing lost, nothing resurrected, nothing run twice,
 //! never a crash loop, every acknowledged prompt runs — under real `SIGKILL`s of real processes.
 //!
 //! Each test re-executes this test binary as a child process (`--exact <test> --nocapture`, with

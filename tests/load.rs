@@ -1,14 +1,16 @@
-//! Load and supervision (issue #7, parts 4 and 5).
+//! Load and supervision: many sessions under random prompts, and drains that panic.
 //!
 //! Load: many sessions receive prompts at random instants over a fixed window, with random user
 //! interrupts, bare wakes and explicit resumes thrown in, on one runtime with the echo runner
-//! (promote, then reply once per user message). At the end, once every session is idle: the
-//! store-wide invariants of `tests/common` hold (contiguous logs, each input promoted at most
-//! once with its one event and transcript row, claims matching the log); no claim is left; every
-//! admitted prompt is promoted exactly once, or — only if a later user interrupt fenced it —
-//! still pending; one more prompt per session then leaves nothing pending and every user message
-//! answered exactly once; and the process's resident memory (`VmRSS`) grows less than 20% from
-//! the middle of the window to its end. CI runs 100 sessions × 5 prompts over 5 s;
+//! (promote, then reply once per user message no user interrupted). At the end, once every
+//! session is idle: the store-wide invariants of `tests/common` hold (contiguous logs, each
+//! input promoted at most once with its one event and transcript row, claims matching the log,
+//! no interrupted prompt answered after its interrupt); no claim is left; every admitted prompt
+//! is promoted exactly once, or — only if a later user interrupt fenced it — still pending; one
+//! more prompt per session then leaves nothing pending and every user message answered exactly
+//! once, except one whose turn a user interrupted, which is answered at most once (before the
+//! interrupt); and the process's resident memory (`VmRSS`) grows less than 20% from the middle
+//! of the window to its end. CI runs 100 sessions × 5 prompts over 5 s;
 //! `DS_LOAD_SECS=60` runs 1,000 sessions × 20 prompts over 60 s (`DS_LOAD_SESSIONS`,
 //! `DS_LOAD_PROMPTS` override either).
 //!

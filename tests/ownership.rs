@@ -1,4 +1,4 @@
-//! One owner per database file (issue #11): a runtime holds an exclusive OS lock on
+//! One owner per database file: a runtime holds an exclusive OS lock on
 //! `<database>.lock` from before it opens the database until `shutdown`, so a second runtime on
 //! the same file — in the same process or another — is refused with `Error::DatabaseInUse`
 //! naming the file and the holder's pid, and writes nothing: no migration, and above all no

@@ -1,12 +1,10 @@
-//! The "SessionV2.prompt" suite of reference §6.4 (minus the attachment-MIME case and the
-//! later-snapshot staged revert), on the real runtime: a SQLite file in a temp directory, real
-//! session actors, and a `ScriptedRunner` whose drains (`forced` = resume, `!forced` = wake)
-//! stand in for the reference's recording fake execution.
+//! Prompt admission (`Sessions::prompt`) on the real runtime: a SQLite file in a temp
+//! directory, real session actors, and a `ScriptedRunner` whose drains (`forced` = resume,
+//! `!forced` = wake) record which turns ran.
 //!
-//! Sequence numbers differ from the reference's harness in two honest ways: a session created
-//! through `Sessions::create` owns seq 0 (`session.created`), and a real turn commits
-//! `session.execution.started` before its drain can promote anything. Seqs are therefore
-//! asserted relative to what the log holds.
+//! Seqs are asserted relative to what the log holds, because two writes come before any
+//! promotion: a session created through `Sessions::create` owns seq 0 (`session.created`), and
+//! a real turn commits `session.execution.started` before its drain can promote anything.
 
 mod common;
 
@@ -267,10 +265,10 @@ async fn durably_admits_one_user_message_before_transcript_promotion() {
 }
 
 /// `events(after)` yields the durable log strictly after `after`, in order: the two admissions,
-/// then (inside the turn that promotes them) the two promotions. Here seq 0 is
-/// `session.created` and the promotions follow `session.execution.started`, so the reference's
-/// "seqs 0 and 1 admitted, 2 and 3 promoted" reads as 1 and 2 admitted, 4 and 5 promoted; and
-/// "after: X yields X+1 first" holds for X = 0 and for X = the first admission.
+/// then (inside the turn that promotes them) the two promotions. Seq 0 is `session.created` and
+/// the promotions follow `session.execution.started`, so the admissions are seqs 1 and 2 and
+/// the promotions 4 and 5; "after X yields X+1 first" holds for X = 0 and for X = the first
+/// admission.
 #[actix_rt::test]
 async fn streams_durable_session_events_after_an_aggregate_sequence() {
     let db = TestDb::new();
@@ -536,8 +534,7 @@ async fn returns_one_recorded_message_to_concurrent_exact_retries() {
 
 /// Concurrent promotion attempts inside one turn promote the input exactly once: one promoted
 /// event, whose seq is the input's `promoted_seq`, and one user message in the transcript.
-/// (The reference's `promotedSeq: 1` follows its admission at seq 0; here the promotion follows
-/// `session.created`, the admission and `session.execution.started`.)
+/// (The promotion follows `session.created`, the admission and `session.execution.started`.)
 #[actix_rt::test]
 async fn promotes_one_message_once_under_concurrent_promotion_attempts() {
     let db = TestDb::new();

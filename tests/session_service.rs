@@ -1,4 +1,4 @@
-//! The session service beyond prompt admission (SPEC §6, §7): `create` idempotency and its
+//! The session service beyond prompt admission: `create` idempotency and its
 //! race, `list` filters/order/anchors, transcript cursors, `context` decode errors, promotion
 //! from inside a turn, the replay-then-live event stream (under concurrent publishing and with a
 //! lagging subscriber), interrupt fencing, and input validation that writes nothing.

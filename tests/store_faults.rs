@@ -1,4 +1,4 @@
-//! Store faults (issue #7, SPEC §7): a full disk, a read-only database file, a database locked
+//! Store faults: a full disk, a read-only database file, a database locked
 //! by another process past `busy_timeout`, and a corrupt file. Each gives the caller a typed
 //! error (`Error::Store` carrying the SQLite code; at `start` for a file that cannot be opened
 //! for writing or read), never a panic; no partial transaction (each failed write left no row

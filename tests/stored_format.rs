@@ -1,4 +1,4 @@
-//! The stored format and the wire format are unchanged by the redesign (issue #12).
+//! The stored format and the wire format are unchanged by the typed-events / Journal redesign.
 //!
 //! `tests/fixtures/v2-before-redesign.db` was written by the crate as it was before the
 //! typed-events / Journal redesign (commit bed604c, schema version 2), by the generator kept

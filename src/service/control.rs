@@ -1,5 +1,5 @@
 //! Execution control through the session service: `interrupt`, `resume`, `await_idle`,
-//! `switch_model` and the `active` registry (reference §4 and §5).
+//! `switch_model` and the `active` set.
 
 use std::collections::BTreeSet;
 
@@ -91,7 +91,7 @@ impl Sessions {
     }
 
     /// Resolves once no turn of the session runs in this process (through successor turns);
-    /// at once when idle. Never starts work. (The reference's `wait`.)
+    /// at once when idle. Never starts work.
     ///
     /// # Errors
     /// [`Error::NotFound`] when the session is not stored; [`Error::ShuttingDown`] while

@@ -24,7 +24,8 @@ impl Sessions {
         }
     }
 
-    /// One page of the session's transcript, keyset-paged on `seq` (reference §5): `order`
+    /// One page of the session's transcript, keyset-paged on `seq` (so appends while a client
+    /// pages never shift a page, as offsets would): `order`
     /// (newest first by default), `limit`, and a `cursor` naming a message of this session to
     /// page after (`next`) or before (`previous`) it; every page reads in the requested order.
     /// A cursor that names no message of this session yields an empty page.

@@ -1,4 +1,5 @@
-//! Input limits (SPEC §7), checked before anything is read or written.
+//! Input limits, checked before anything is read or written, so a bad input is refused whole
+//! and never half-stored.
 //!
 //! JSON payloads (prompts, models) are checked for shape, nesting depth and encoded size. The
 //! depth limit matters beyond taste: `serde_json` refuses to *decode* documents nested deeper

@@ -1,6 +1,6 @@
-//! The per-session execution state machine (reference §2.3 and §2.6) as plain data and methods:
-//! joiners, doorbell coalescing, successor turns, the stop barrier, sequence fences, upgrades of
-//! advisory turns and scope close. No actix and no I/O: every method returns the [`Effect`]s the
+//! The per-session execution state machine as plain data and methods: joiners, doorbell
+//! coalescing, successor turns, the stop barrier, sequence fences, upgrades of advisory turns
+//! and scope close. No actix and no I/O: every method returns the [`Effect`]s the
 //! shell (the `SessionActor`, or a test harness) must carry out, and the shell reports back with
 //! [`Coordinator::started`], [`Coordinator::drain_finished`] and [`Coordinator::settled`].
 //!
@@ -301,7 +301,8 @@ impl<T: Tokens, E> Coordinator<T, E> {
         }
     }
 
-    /// Interrupts the running execution for `reason`, fenced by `seq` (reference §2.6).
+    /// Interrupts the running execution for `reason`, fenced by `seq`: a drain serving work
+    /// admitted after `seq` is not the one the caller meant to stop, and keeps running.
     ///
     /// The caller is answered `true` once cleanup finished (the settle hook committed), or `false`
     /// at once when there was nothing to interrupt.
@@ -483,7 +484,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         }
         let terminal = e.terminal.expect("a settling execution has a terminal");
         // Being stopped by scope close is not a failure of the chain: idle waiters are released
-        // (reference §2.6, "after the coordinator's scope closes ... awaitIdle returns").
+        // with no failure, since the turn's own work did not fail (the next boot resumes it).
         let closed_by_scope = self.closed
             && e.deliberate
             && e.reason.is_none()

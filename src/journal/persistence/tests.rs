@@ -170,7 +170,7 @@ async fn writes_after_stop_fail_with_closed() {
     assert!(matches!(result, Err(StoreError::Closed)));
 }
 
-/// Regression (issue #7, store faults): when SQLite rolls back the whole write transaction
+/// Regression (found by the full-disk store-fault test): when SQLite rolls back the whole write transaction
 /// itself — as it may on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_BUSY` or `SQLITE_NOMEM` mid-write —
 /// the batch fails as a whole. Before the fix the requests after the failing one ran in
 /// autocommit mode: each `SAVEPOINT` opened a transaction of its own and its `RELEASE`

@@ -1,10 +1,11 @@
-//! Coordinator tests: ports of reference §6.2 and §6.3 on a deterministic harness.
+//! Coordinator tests on a deterministic harness: joiners, wakes and the doorbell, interrupts and
+//! their fences, cleanup, successor executions, scope close and the `active` snapshot.
 //!
 //! [`Sim`] plays the shell: it keeps one [`Coordinator`] per key and carries out the effects.
 //! Start and settle hooks either complete at once or are held until the test releases them;
 //! drains always stay running until the test finishes them; a [`Effect::Cancel`] only marks the
-//! drain "cleanup started", and the test decides when cleanup ends (the reference's `onInterrupt`
-//! gates) by calling [`Sim::finish_cleanup`].
+//! drain "cleanup started", and the test decides when cleanup ends (as a runner's own cleanup
+//! after a cancellation would) by calling [`Sim::finish_cleanup`].
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -376,7 +377,7 @@ impl Sim {
 
     // ---- observations -----------------------------------------------------------------------
 
-    /// How many drains `key` ran (the reference's `runs`).
+    /// How many drains `key` ran.
     pub(super) fn runs(&self, key: &str) -> usize {
         self.drains.iter().filter(|d| d.key == key).count()
     }
@@ -518,9 +519,9 @@ fn defect(message: &str) -> Exit {
     Exit::Failure(RunError::Panic(message.to_owned()))
 }
 
-// ---- §6.2 and §6.3 ------------------------------------------------------------------------------
+// ---- Joiners, wakes, interrupts, cleanup and successors -----------------------------------------
 
-/// Two explicit runs of one key share one drain and both get its outcome (§6.2 and §6.3).
+/// Two explicit runs of one key share one drain and both get its outcome.
 #[test]
 fn joins_concurrent_resumes_for_one_key() {
     let mut sim = Sim::new();
@@ -538,7 +539,7 @@ fn joins_concurrent_resumes_for_one_key() {
     sim.assert_all_answered();
 }
 
-/// A wake on an idle key starts an advisory drain (§6.3).
+/// A wake on an idle key starts an advisory drain.
 #[test]
 fn starts_a_drain_when_woken_while_idle() {
     let mut sim = Sim::new();
@@ -550,8 +551,7 @@ fn starts_a_drain_when_woken_while_idle() {
     assert!(sim.active().is_empty());
 }
 
-/// A wake on an idle key starts an execution: it becomes active, runs its start hook and drains
-/// (§6.2).
+/// A wake on an idle key starts an execution: it becomes active, runs its start hook and drains.
 #[test]
 fn starts_execution_when_woken_while_idle() {
     let mut sim = Sim::new();
@@ -568,7 +568,7 @@ fn starts_execution_when_woken_while_idle() {
 }
 
 /// An interrupt of an idle key answers "nothing interrupted" at once, and a later run settles
-/// with no reason attached (§6.2 and §6.3).
+/// with no reason attached.
 #[test]
 fn does_nothing_when_interrupted_while_idle() {
     let mut sim = Sim::new();
@@ -584,7 +584,7 @@ fn does_nothing_when_interrupted_while_idle() {
     assert_eq!(sim.runs(S), 1);
 }
 
-/// An idle interrupt still raises the fence: an older wake is dropped, a newer one runs (§6.3).
+/// An idle interrupt still raises the fence: an older wake is dropped, a newer one runs.
 #[test]
 fn suppresses_stale_wakes_after_an_idle_interrupt_boundary() {
     let mut sim = Sim::new();
@@ -605,7 +605,7 @@ fn suppresses_stale_wakes_after_an_idle_interrupt_boundary() {
     assert_eq!(sim.wake_seqs(S), [Some(3)]);
 }
 
-/// An interrupt older than the running drain's wake does not cancel it (§6.3).
+/// An interrupt older than the running drain's wake does not cancel it.
 #[test]
 fn does_not_interrupt_a_wake_newer_than_the_interrupt_boundary() {
     let mut sim = Sim::new();
@@ -622,7 +622,7 @@ fn does_not_interrupt_a_wake_newer_than_the_interrupt_boundary() {
     assert_eq!(sim.settled(S), [Terminal::Succeeded]);
 }
 
-/// Interrupting an old drain keeps a queued newer wake, which runs after cleanup (§6.3).
+/// Interrupting an old drain keeps a queued newer wake, which runs after cleanup.
 #[test]
 fn preserves_a_queued_wake_newer_than_the_interrupt_boundary() {
     let mut sim = Sim::new();
@@ -642,7 +642,7 @@ fn preserves_a_queued_wake_newer_than_the_interrupt_boundary() {
     assert_eq!(sim.wake_seqs(S), [Some(1), Some(3)]);
 }
 
-/// An interrupt stops only its own key (§6.3).
+/// An interrupt stops only its own key.
 #[test]
 fn interrupts_only_the_requested_key() {
     let mut sim = Sim::new();
@@ -663,7 +663,7 @@ fn interrupts_only_the_requested_key() {
 }
 
 /// An interrupt cancels the running drain and drops the wake queued behind it; the run caller
-/// gets "interrupted" and a second interrupt finds nothing (§6.3).
+/// gets "interrupted" and a second interrupt finds nothing.
 #[test]
 fn interrupts_the_active_drain_and_suppresses_its_queued_wake() {
     let mut sim = Sim::new();
@@ -683,7 +683,7 @@ fn interrupts_the_active_drain_and_suppresses_its_queued_wake() {
     assert_eq!(sim.interrupt_answer(again), Some(false));
 }
 
-/// A stale wake that lands during cleanup is dropped; a newer wake later runs (§6.3).
+/// A stale wake that lands during cleanup is dropped; a newer wake later runs.
 #[test]
 fn suppresses_a_wake_received_during_interruption_cleanup() {
     let mut sim = Sim::new();
@@ -708,7 +708,7 @@ fn suppresses_a_wake_received_during_interruption_cleanup() {
 }
 
 /// A wake newer than the stop barrier that lands during cleanup survives a later stale
-/// interrupt and runs after cleanup (§6.3).
+/// interrupt and runs after cleanup.
 #[test]
 fn remembers_a_wake_received_after_the_interrupt_boundary_during_cleanup() {
     let mut sim = Sim::new();
@@ -732,7 +732,7 @@ fn remembers_a_wake_received_after_the_interrupt_boundary_during_cleanup() {
 }
 
 /// A newer interrupt during cleanup moves the stop barrier past a wake that landed in between;
-/// a wake newer still runs (§6.3).
+/// a wake newer still runs.
 #[test]
 fn moves_the_stop_barrier_forward_for_repeated_interrupts() {
     let mut sim = Sim::new();
@@ -754,7 +754,7 @@ fn moves_the_stop_barrier_forward_for_repeated_interrupts() {
     assert_eq!(sim.wake_seqs(S), [None, Some(5)]);
 }
 
-/// A run that joined the running wake before the interrupt is interrupted with it (§6.3).
+/// A run that joined the running wake before the interrupt is interrupted with it.
 #[test]
 fn interrupts_an_explicit_run_queued_before_the_interruption_request() {
     let mut sim = Sim::new();
@@ -767,7 +767,7 @@ fn interrupts_an_explicit_run_queued_before_the_interruption_request() {
     assert!(sim.active().is_empty());
 }
 
-/// The interrupted run caller (and the interrupter) are answered only once cleanup ends (§6.3).
+/// The interrupted run caller (and the interrupter) are answered only once cleanup ends.
 #[test]
 fn settles_a_pre_interrupt_explicit_run_only_after_active_wake_cleanup() {
     let mut sim = Sim::new();
@@ -784,7 +784,7 @@ fn settles_a_pre_interrupt_explicit_run_only_after_active_wake_cleanup() {
 }
 
 /// A run arriving during cleanup is not interrupted: it starts a fresh, forced execution after
-/// cleanup (§6.3).
+/// cleanup.
 #[test]
 fn starts_an_explicit_run_arriving_during_interrupt_cleanup_after_the_stop_barrier() {
     let mut sim = Sim::new();
@@ -807,7 +807,7 @@ fn starts_an_explicit_run_arriving_during_interrupt_cleanup_after_the_stop_barri
     assert_eq!(sim.modes(S), [Mode::Wake, Mode::Run]);
 }
 
-/// A run before the interrupt is interrupted; a run during cleanup runs after it (§6.3).
+/// A run before the interrupt is interrupted; a run during cleanup runs after it.
 #[test]
 fn interrupts_pre_stop_waiters_and_runs_post_stop_waiters_after_cleanup() {
     let mut sim = Sim::new();
@@ -826,7 +826,7 @@ fn interrupts_pre_stop_waiters_and_runs_post_stop_waiters_after_cleanup() {
 }
 
 /// Run, await-idle and interrupt callers all wait for cleanup; then the run and the idle waiter
-/// see the interruption (§6.3).
+/// see the interruption.
 #[test]
 fn waits_for_interrupt_cleanup_before_settling_callers() {
     let mut sim = Sim::new();
@@ -845,7 +845,7 @@ fn waits_for_interrupt_cleanup_before_settling_callers() {
 }
 
 /// A second interrupt during cleanup joins the first: one cancellation, both answered after
-/// cleanup (§6.3).
+/// cleanup.
 #[test]
 fn joins_concurrent_interruption_requests_for_one_active_drain() {
     let mut sim = Sim::new();
@@ -862,7 +862,7 @@ fn joins_concurrent_interruption_requests_for_one_active_drain() {
     assert_eq!(sim.settled(S), [user()]);
 }
 
-/// A run queued during cleanup survives a second interrupt and still runs (§6.3).
+/// A run queued during cleanup survives a second interrupt and still runs.
 #[test]
 fn does_not_discard_a_post_stop_explicit_run_when_interrupted_again() {
     let mut sim = Sim::new();
@@ -880,8 +880,7 @@ fn does_not_discard_a_post_stop_explicit_run_when_interrupted_again() {
     assert_eq!(sim.runs(S), 2);
 }
 
-/// Three wakes during a run coalesce into one follow-up drain, which the run caller waits for
-/// (§6.3).
+/// Three wakes during a run coalesce into one follow-up drain, which the run caller waits for.
 #[test]
 fn coalesces_wakes_received_during_an_active_run() {
     let mut sim = Sim::new();
@@ -897,7 +896,7 @@ fn coalesces_wakes_received_during_an_active_run() {
     assert_eq!(sim.modes(S), [Mode::Run, Mode::Wake]);
 }
 
-/// Three wakes during an execution coalesce into exactly one more drain (§6.2).
+/// Three wakes during an execution coalesce into exactly one more drain.
 #[test]
 fn coalesces_wakes_received_during_active_execution() {
     let mut sim = Sim::new();
@@ -913,7 +912,7 @@ fn coalesces_wakes_received_during_active_execution() {
     assert_eq!(sim.starts(S), 1);
 }
 
-/// `await_idle` waits through a coalesced follow-up drain (§6.3).
+/// `await_idle` waits through a coalesced follow-up drain.
 #[test]
 fn waits_for_a_coalesced_ownership_chain_to_become_idle() {
     let mut sim = Sim::new();
@@ -929,7 +928,7 @@ fn waits_for_a_coalesced_ownership_chain_to_become_idle() {
 }
 
 /// `await_idle` over a chain whose first execution died reports that defect, even though the
-/// successor succeeded (§6.3).
+/// successor succeeded.
 #[test]
 fn reports_the_first_defect_after_a_failed_chain_becomes_idle() {
     let mut sim = Sim::new();
@@ -948,7 +947,7 @@ fn reports_the_first_defect_after_a_failed_chain_becomes_idle() {
     assert_eq!(sim.starts(S), 2);
 }
 
-/// A wake during the follow-up drain causes one more (§6.3).
+/// A wake during the follow-up drain causes one more.
 #[test]
 fn runs_again_when_woken_during_the_coalesced_drain() {
     let mut sim = Sim::new();
@@ -962,7 +961,7 @@ fn runs_again_when_woken_during_the_coalesced_drain() {
     assert_eq!(sim.runs(S), 3);
 }
 
-/// A wake during the follow-up drain causes a third drain in the same execution (§6.2).
+/// A wake during the follow-up drain causes a third drain in the same execution.
 #[test]
 fn runs_again_when_woken_during_the_follow_up() {
     let mut sim = Sim::new();
@@ -978,7 +977,7 @@ fn runs_again_when_woken_during_the_follow_up() {
     assert_eq!(sim.starts(S), 1);
 }
 
-/// A wake racing with a failing run starts one successor; the run caller sees the failure (§6.3).
+/// A wake racing with a failing run starts one successor; the run caller sees the failure.
 #[test]
 fn starts_one_successor_after_a_wake_races_with_failure() {
     let mut sim = Sim::new();
@@ -992,8 +991,8 @@ fn starts_one_successor_after_a_wake_races_with_failure() {
     assert_eq!(sim.starts(S), 2);
 }
 
-/// The same race in the doorbell suite: one follow-up drain, and the failure for the caller
-/// (§6.2).
+/// The same race, checked on what settles: one follow-up drain in the same execution, the
+/// failure for the run caller, then the follow-up's success.
 #[test]
 fn starts_one_follow_up_when_a_wake_races_with_failure() {
     let mut sim = Sim::new();
@@ -1013,8 +1012,9 @@ fn starts_one_follow_up_when_a_wake_races_with_failure() {
     );
 }
 
-/// A run joining an advisory drain forces one more drain after it: modes wake, run (§6.3; the
-/// crate follows this over §6.2's "joins a wake-started execution without forcing a successor").
+/// A run joining an advisory drain forces one more drain after it: modes wake, run. (The
+/// advisory drain started before the run was asked for and may already have found nothing to
+/// do; a run is promised a forced attempt that starts after it asked.)
 #[test]
 fn upgrades_an_active_wake_when_an_explicit_run_joins_it() {
     let mut sim = Sim::new();
@@ -1031,8 +1031,7 @@ fn upgrades_an_active_wake_when_an_explicit_run_joins_it() {
     assert_eq!(sim.modes(S), [Mode::Wake, Mode::Run]);
 }
 
-/// A run joining a coalesced advisory drain forces one more drain too: modes run, wake, run
-/// (§6.3).
+/// A run joining a coalesced advisory drain forces one more drain too: modes run, wake, run.
 #[test]
 fn upgrades_a_recursive_wake_drain_when_an_explicit_run_joins_it() {
     let mut sim = Sim::new();
@@ -1049,7 +1048,7 @@ fn upgrades_a_recursive_wake_drain_when_an_explicit_run_joins_it() {
 }
 
 /// The upgraded forced drain's failure reaches the run caller even though a wake then starts a
-/// successful advisory successor: modes wake, run, wake (§6.3).
+/// successful advisory successor: modes wake, run, wake.
 #[test]
 fn propagates_an_upgraded_explicit_run_failure_before_a_successful_advisory_successor() {
     let mut sim = Sim::new();
@@ -1071,7 +1070,7 @@ fn propagates_an_upgraded_explicit_run_failure_before_a_successful_advisory_succ
     );
 }
 
-/// Closing the scope interrupts the run caller (shutdown) and releases the idle waiter (§6.3).
+/// Closing the scope interrupts the run caller (shutdown) and releases the idle waiter.
 #[test]
 fn settles_active_callers_when_its_owning_scope_closes() {
     let mut sim = Sim::new();
@@ -1087,8 +1086,7 @@ fn settles_active_callers_when_its_owning_scope_closes() {
     assert!(sim.active().is_empty());
 }
 
-/// After the scope closed a wake does nothing, await_idle returns and a run is interrupted
-/// (§6.3).
+/// After the scope closed a wake does nothing, await_idle returns and a run is interrupted.
 #[test]
 fn does_not_start_work_after_its_owning_scope_closes() {
     let mut sim = Sim::new();
@@ -1103,7 +1101,7 @@ fn does_not_start_work_after_its_owning_scope_closes() {
 }
 
 /// A joined run caller that goes away (the shell drops its answer) does not cancel the shared
-/// drain (§6.3).
+/// drain.
 #[test]
 fn does_not_cancel_the_owner_when_one_joined_waiter_is_interrupted() {
     let mut sim = Sim::new();
@@ -1117,7 +1115,7 @@ fn does_not_cancel_the_owner_when_one_joined_waiter_is_interrupted() {
     assert_eq!(sim.runs(S), 1);
 }
 
-/// The same joiner independence in the doorbell suite (§6.2).
+/// The same joiner independence, checked on what settles: one drain, one success.
 #[test]
 fn does_not_cancel_execution_when_a_joined_waiter_is_interrupted() {
     let mut sim = Sim::new();
@@ -1130,7 +1128,7 @@ fn does_not_cancel_execution_when_a_joined_waiter_is_interrupted() {
     assert_eq!(sim.settled(S), [Terminal::Succeeded]);
 }
 
-/// Different keys drain at the same time (§6.2 and §6.3).
+/// Different keys drain at the same time.
 #[test]
 fn runs_different_keys_concurrently() {
     let mut sim = Sim::new();
@@ -1145,7 +1143,7 @@ fn runs_different_keys_concurrently() {
     assert_eq!(sim.run_answer(second), Some(&succeeded()));
 }
 
-/// A failing advisory drain is reported exactly once, with its failure (§6.3).
+/// A failing advisory drain is reported exactly once, with its failure.
 #[test]
 fn reports_an_advisory_drain_failure_exactly_once() {
     let mut sim = Sim::new();
@@ -1156,7 +1154,7 @@ fn reports_an_advisory_drain_failure_exactly_once() {
 }
 
 /// Reporting an advisory failure does not wedge the coordinator: a second wake still runs,
-/// fails, is reported and settles (§6.3; Rust has no user callback that could throw).
+/// fails, is reported and settles.
 #[test]
 fn contains_defects_thrown_while_constructing_an_advisory_failure_report() {
     let mut sim = Sim::new();
@@ -1178,7 +1176,7 @@ fn contains_defects_thrown_while_constructing_an_advisory_failure_report() {
     assert_eq!(sim.settled(S).len(), 2);
 }
 
-/// An advisory drain that ends interrupted without anyone asking is reported, once (§6.3).
+/// An advisory drain that ends interrupted without anyone asking is reported, once.
 #[test]
 fn reports_an_independently_interrupted_advisory_drain() {
     let mut sim = Sim::new();
@@ -1188,7 +1186,7 @@ fn reports_an_independently_interrupted_advisory_drain() {
     assert_eq!(sim.settled(S), [shutdown()]);
 }
 
-/// A deliberate interrupt of an advisory drain is not reported as a failure (§6.3).
+/// A deliberate interrupt of an advisory drain is not reported as a failure.
 #[test]
 fn does_not_report_deliberate_interruption_as_an_advisory_failure() {
     let mut sim = Sim::new();
@@ -1199,8 +1197,7 @@ fn does_not_report_deliberate_interruption_as_an_advisory_failure() {
     assert!(sim.reported(S).is_empty());
 }
 
-/// 20,000 drains that wake themselves and complete at once run iteratively in one execution
-/// (§6.3).
+/// 20,000 drains that wake themselves and complete at once run iteratively in one execution.
 #[test]
 fn trampolines_many_synchronous_self_waking_drains() {
     const LIMIT: usize = 20_000;
@@ -1223,9 +1220,9 @@ fn trampolines_many_synchronous_self_waking_drains() {
     assert_eq!(sim.settled(S), [Terminal::Succeeded]);
 }
 
-// ---- §6.2 only ----------------------------------------------------------------------------------
+// ---- Executions: start and settle hooks, ownership and the `active` snapshot --------------------
 
-/// The `active` snapshot follows executions: [], [first], [first, second], [second], [] (§6.2).
+/// The `active` snapshot follows executions: [], [first], [first, second], [second], [].
 #[test]
 fn snapshots_only_active_executions() {
     let mut sim = Sim::new();
@@ -1244,7 +1241,7 @@ fn snapshots_only_active_executions() {
 }
 
 /// A failing and a dying drain both settle, answer their run callers with the failure and leave
-/// `active` (§6.2).
+/// `active`.
 #[test]
 fn cleans_active_executions_after_failure_and_defect() {
     let mut sim = Sim::new();
@@ -1263,7 +1260,7 @@ fn cleans_active_executions_after_failure_and_defect() {
     assert_eq!(sim.settles.len(), 2);
 }
 
-/// A settle hook defect reaches the run caller, and ownership is released all the same (§6.2).
+/// A settle hook defect reaches the run caller, and ownership is released all the same.
 #[test]
 fn preserves_settlement_hook_defects_while_releasing_ownership() {
     let mut sim = Sim::new();
@@ -1281,7 +1278,7 @@ fn preserves_settlement_hook_defects_while_releasing_ownership() {
 }
 
 /// Closing the scope cancels the running execution, which settles as shutdown and leaves
-/// `active` (§6.2).
+/// `active`.
 #[test]
 fn cleans_active_executions_when_its_scope_closes() {
     let mut sim = Sim::new();
@@ -1295,7 +1292,7 @@ fn cleans_active_executions_when_its_scope_closes() {
 }
 
 /// An interrupt during the settle hook attaches no reason: both turns settle as plain
-/// successes (§6.2).
+/// successes.
 #[test]
 fn does_not_attach_a_late_interrupt_reason_after_terminal_settlement_starts() {
     let mut sim = Sim::new();
@@ -1316,7 +1313,7 @@ fn does_not_attach_a_late_interrupt_reason_after_terminal_settlement_starts() {
 }
 
 /// A user interrupt cancels the execution and its pending wake: the run is interrupted,
-/// `active` empties, one drain ran and the reason is `user` (§6.2).
+/// `active` empties, one drain ran and the reason is `user`.
 #[test]
 fn interrupts_active_execution_and_clears_its_pending_wake() {
     let mut sim = Sim::new();
@@ -1330,7 +1327,7 @@ fn interrupts_active_execution_and_clears_its_pending_wake() {
     assert_eq!(sim.settled(S), [user()]);
 }
 
-/// A wake during cleanup starts a successor execution with its own start hook (§6.2).
+/// A wake during cleanup starts a successor execution with its own start hook.
 #[test]
 fn runs_a_wake_registered_during_interruption_cleanup() {
     let mut sim = Sim::new();
@@ -1345,7 +1342,7 @@ fn runs_a_wake_registered_during_interruption_cleanup() {
     assert_eq!(sim.starts(S), 2);
 }
 
-/// A resume during cleanup starts a forced successor: forces false, true (§6.2).
+/// A resume during cleanup starts a forced successor: forces false, true.
 #[test]
 fn starts_a_resume_registered_during_interruption_cleanup() {
     let mut sim = Sim::new();
@@ -1359,7 +1356,7 @@ fn starts_a_resume_registered_during_interruption_cleanup() {
     assert_eq!(sim.modes(S), [Mode::Wake, Mode::Run]);
 }
 
-/// Coalesced drains share one start hook and one settle hook, which records success (§6.2).
+/// Coalesced drains share one start hook and one settle hook, which records success.
 #[test]
 fn settles_once_per_execution_across_coalesced_drains() {
     let mut sim = Sim::new();
@@ -1371,8 +1368,7 @@ fn settles_once_per_execution_across_coalesced_drains() {
     assert_eq!(sim.settled(S), [Terminal::Succeeded]);
 }
 
-/// An interrupted execution commits its (interrupted) settle hook before idle waiters resolve
-/// (§6.2).
+/// An interrupted execution commits its (interrupted) settle hook before idle waiters resolve.
 #[test]
 fn settles_interrupted_executions_before_waiters_resolve() {
     let mut sim = Sim::new();
@@ -1389,7 +1385,7 @@ fn settles_interrupted_executions_before_waiters_resolve() {
     assert!(sim.active().is_empty());
 }
 
-/// 20,000 self-waking synchronous drains complete without growing the stack (§6.2).
+/// 20,000 self-waking synchronous drains complete without growing the stack.
 #[test]
 fn trampolines_synchronous_self_waking_execution() {
     const LIMIT: usize = 20_000;
