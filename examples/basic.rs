@@ -1,4 +1,4 @@
-//! Opens (or creates) `./durable-sessions.db` (or the file given as the first argument), runs
+//! Opens (or creates) `./basic.db` (or the file given as the first argument), runs
 //! one turn of the session `basic` with a tiny runner that appends one assistant message, and
 //! prints the session's whole event log, marking the events this run added. The session id is
 //! fixed, so each run adds a turn to the same stored session: run it twice and the second log
@@ -29,9 +29,7 @@ impl Runner for Greeter {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "durable-sessions.db".into());
+    let path = std::env::args().nth(1).unwrap_or_else(|| "basic.db".into());
     actix_rt::System::new().block_on(async move {
         let runtime = Runtime::builder()
             .database(&path)

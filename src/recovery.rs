@@ -76,10 +76,7 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
             let registrations: Vec<_> = swept
                 .iter()
                 .filter_map(|outcome| match outcome {
-                    Swept::Resumed(id, resumption)
-                    | Swept::InterruptedThenResumed(id, resumption) => {
-                        Some((id, resumption.clone()))
-                    }
+                    Swept::Resumed(id, resumption) => Some((id, resumption.clone())),
                     _ => None,
                 })
                 .collect();
@@ -105,10 +102,6 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
                 Swept::Resumed(id, _) => report.resumed.push(id),
                 Swept::Terminalized(id) => report.terminalized.push(id),
                 Swept::Interrupted(id) => report.interrupted.push(id),
-                Swept::InterruptedThenResumed(id, _) => {
-                    report.interrupted.push(id.clone());
-                    report.resumed.push(id);
-                }
             }
         }
     }

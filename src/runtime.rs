@@ -164,9 +164,11 @@ impl RuntimeBuilder {
         if runtime.core.config.sweep_on_start {
             let report = runtime.resume_suspended_sessions().await?;
             log::info!(
-                "restart sweep: {} resumed, {} terminalized, {} child claims released",
+                "restart sweep: {} resumed, {} terminalized, {} interrupted, {} child claims \
+                 released",
                 report.resumed.len(),
                 report.terminalized.len(),
+                report.interrupted.len(),
                 report.children_released
             );
         }

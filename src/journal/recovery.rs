@@ -39,10 +39,8 @@ pub(crate) enum Swept {
     /// Over its budget: recorded `failed{aborted}` and released.
     Terminalized(SessionId),
     /// A durable user interrupt request had stopped it: recorded `interrupted{user}`, released.
+    /// (It may be taken up again at once, for a prompt acknowledged after the request.)
     Interrupted(SessionId),
-    /// As [`Swept::Interrupted`], then taken up again for a prompt acknowledged after the
-    /// interrupt request, which is still owed its turn.
-    InterruptedThenResumed(SessionId, Arc<Resumption>),
 }
 
 impl Journal {
@@ -102,8 +100,8 @@ impl Journal {
             .write_alone(move |w| {
                 let started = SessionEvent::ExecutionStarted { boot };
                 let mut swept = Vec::with_capacity(chunk.len());
-                for orphan in chunk {
-                    swept.extend(sweep_one(w, orphan, max, &started)?);
+                for unfinished in chunk {
+                    swept.extend(sweep_one(w, unfinished, max, &started)?);
                 }
                 Ok(swept)
             })
@@ -120,20 +118,20 @@ impl Journal {
 /// - any other is resumed: the restart notice and, right behind it, the turn's claim
 ///   (`session.execution.started`), so each orphan's pages are dirtied once.
 ///
-/// `None` when there is nothing left to do: a turn of this process ended the claim, or served
-/// the owed prompt, since the orphan was listed.
+/// Nothing when there is nothing left to do: a turn of this process ended the claim, or served
+/// the owed prompt, since the session was listed.
 fn sweep_one(
     w: &mut WriteCtx<'_>,
     orphan: Unfinished,
     max: u32,
     started: &SessionEvent,
-) -> Result<Option<Swept>, StoreError> {
+) -> Result<Vec<Swept>, StoreError> {
     let (id, attempts, inputs) = match orphan {
         Unfinished::Claimed(id, attempts) => {
             let claimed =
                 store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
             if !claimed {
-                return Ok(None);
+                return Ok(Vec::new());
             }
             let fence = store::latest_interrupt_seq(w.conn(), &id)?;
             let claim = store::claim_seq(w.conn(), &id)?;
@@ -146,20 +144,17 @@ fn sweep_one(
                 let reason = InterruptReason::User;
                 w.append(&id, &SessionEvent::ExecutionInterrupted { reason })?;
                 // A prompt acknowledged after the interrupt request is still owed its turn.
-                return Ok(Some(match adopt(w, &id, max, started)? {
-                    Some(Swept::Resumed(id, resumption)) => {
-                        Swept::InterruptedThenResumed(id, resumption)
-                    }
-                    _ => Swept::Interrupted(id),
-                }));
+                let mut swept = vec![Swept::Interrupted(id.clone())];
+                swept.extend(adopt(w, &id, max, started)?);
+                return Ok(swept);
             }
             (id, attempts, inputs)
         }
-        Unfinished::Owed(id) => return adopt(w, &id, max, started),
+        Unfinished::Owed(id) => return Ok(adopt(w, &id, max, started)?.into_iter().collect()),
     };
-    Ok(Some(resume_or_abort(
+    Ok(vec![resume_or_abort(
         w, id, attempts, max, inputs, started,
-    )?))
+    )?])
 }
 
 /// Takes up a session holding no claim whose acknowledged prompt is owed a turn: counts an

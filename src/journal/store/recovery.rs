@@ -138,6 +138,13 @@ pub(crate) fn settle(conn: &Connection, session: &SessionId) -> Result<Option<u6
              WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > s.claim_seq)",
         )?;
         if progress.query_row([session.as_str()], |row| row.get::<_, bool>(0))? {
+            // The next turn is owed to this prompt now: durably, so that a crash before that
+            // turn claims does not strand it (even one admitted without `resume`).
+            let mut owe = conn.prepare_cached(
+                "UPDATE session_input SET wake = 1 \
+                 WHERE session_id = ?1 AND admitted_seq = ?2 AND promoted_seq IS NULL",
+            )?;
+            owe.execute(rusqlite::params![session.as_str(), seq_param(queued)])?;
             return Ok(Some(queued));
         }
     }
