@@ -3,19 +3,14 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use actix::MailboxError;
 use futures::channel::oneshot;
 
 use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::outcome::{InterruptReason, Terminal};
-use crate::records::Resumption;
 use crate::session::messages::{AwaitIdle, Interrupt, Resume, Wake};
 use crate::session::SessionActor;
-
-/// How often a message is re-sent to a fresh actor when the one it found had just stopped.
-const DELIVERY_ATTEMPTS: usize = 8;
 
 /// Starts, wakes, interrupts and awaits the turns of sessions. Cheap to clone.
 ///
@@ -32,31 +27,12 @@ impl std::fmt::Debug for Execution {
 }
 
 impl Execution {
-    /// Delivers a message to the session's actor, re-sending it to a fresh actor if the one
-    /// found had stopped (passivation) before handling it. `make` builds the message anew for
-    /// each attempt; it returns what the caller then waits on.
-    async fn deliver<M, R>(&self, id: &SessionId, mut make: impl FnMut() -> (M, R)) -> Result<R>
+    async fn deliver<M, R>(&self, id: &SessionId, make: impl FnMut() -> (M, R)) -> Result<R>
     where
         M: actix::Message<Result = ()> + Send + 'static,
         SessionActor: actix::Handler<M>,
     {
-        for _ in 0..DELIVERY_ATTEMPTS {
-            let addr = self.core.registry.addr(&self.core, id)?;
-            let (message, rest) = make();
-            match addr.send(message).await {
-                Ok(()) => return Ok(rest),
-                Err(MailboxError::Closed) | Err(MailboxError::Timeout) => {
-                    self.core.registry.forget_addr(id, &addr);
-                }
-            }
-        }
-        if self.core.registry.is_closed() {
-            Err(Error::ShuttingDown)
-        } else {
-            Err(Error::Undeliverable {
-                session_id: id.clone(),
-            })
-        }
+        self.core.registry.deliver(&self.core, id, make).await
     }
 
     /// Runs a forced turn, or joins the running one, and returns how it ended.
@@ -75,20 +51,15 @@ impl Execution {
         &self,
         id: &SessionId,
     ) -> Result<oneshot::Receiver<Result<Terminal>>> {
-        self.start_resume_with(id, None).await
-    }
-
-    /// [`Execution::start_resume`]; `recovery` says the restart sweep already committed the
-    /// turn's claim, so a turn this starts goes straight to its drain, and what it resumes.
-    pub(crate) async fn start_resume_with(
-        &self,
-        id: &SessionId,
-        recovery: Option<Arc<Resumption>>,
-    ) -> Result<oneshot::Receiver<Result<Terminal>>> {
         self.deliver(id, || {
             let (reply, outcome) = oneshot::channel();
-            let recovery = recovery.clone();
-            (Resume { reply, recovery }, outcome)
+            (
+                Resume {
+                    reply,
+                    recovery: None,
+                },
+                outcome,
+            )
         })
         .await
     }

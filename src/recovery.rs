@@ -1,15 +1,17 @@
 //! The restart sweep (`resume_suspended_sessions`): resumes every turn a previous process left
 //! claimed or owed, counting each attempt durably; terminalizes turns over budget; records the
 //! user interrupts a crash cut short. It talks to the journal for what is durable and to the
-//! session actors (through [`Execution`]) with one message: resume this already-claimed turn.
+//! session actors (through the registry) with one message: resume this already-claimed turn.
 
 use std::sync::Arc;
 
+use futures::channel::oneshot;
+
 use crate::core::Core;
 use crate::error::Result;
-use crate::execution::Execution;
 use crate::id::SessionId;
 use crate::journal::{Swept, Unfinished};
+use crate::session::messages::Resume;
 
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -65,9 +67,7 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
     crate::crash::point(crate::crash::SWEEP_AFTER_COUNT);
     crate::crash::point(crate::crash::BEFORE_CLAIM);
     let max = core.config.max_resume_attempts;
-    let execution = Execution { core: core.clone() };
     let outcomes = chunked(orphans, SWEEP_CHUNK).into_iter().map(|chunk| {
-        let execution = execution.clone();
         async move {
             let swept = journal.sweep(chunk, max, core.boot.clone()).await?;
             // Every turn of the chunk is active before any of them drains (a claimed resume
@@ -81,17 +81,24 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
                 })
                 .collect();
             for (id, _) in &registrations {
-                execution.core.registry.activate(id);
+                core.registry.activate(id);
             }
-            let registrations = registrations.into_iter().map(|(id, resumption)| {
-                let execution = execution.clone();
-                async move {
-                    if let Err(e) = execution.start_resume_with(id, Some(resumption)).await {
+            let registrations = registrations
+                .into_iter()
+                .map(|(id, resumption)| async move {
+                    let delivered = core
+                        .registry
+                        .deliver(core, id, || {
+                            let (reply, _outcome) = oneshot::channel();
+                            let recovery = Some(resumption.clone());
+                            (Resume { reply, recovery }, ())
+                        })
+                        .await;
+                    if let Err(e) = delivered {
                         log::error!("sweep: could not resume session {id}: {e}");
-                        execution.core.registry.deactivate(id);
+                        core.registry.deactivate(id);
                     }
-                }
-            });
+                });
             futures::future::join_all(registrations).await;
             Ok::<_, crate::Error>(swept)
         }

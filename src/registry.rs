@@ -23,6 +23,9 @@ use crate::error::Error;
 use crate::id::SessionId;
 use crate::session::SessionActor;
 
+/// How often a message is re-sent to a fresh actor when the one it found had just stopped.
+const DELIVERY_ATTEMPTS: usize = 8;
+
 struct Entry {
     addr: Addr<SessionActor>,
     stamp: Arc<Stamp>,
@@ -232,6 +235,38 @@ impl Registry {
     /// Whether `id` has a turn in this process.
     pub(crate) fn is_active(&self, id: &SessionId) -> bool {
         lock(&self.active).contains(id)
+    }
+
+    /// Delivers a message to the session's actor, re-sending it to a fresh actor if the one
+    /// found had stopped (passivation) before handling it. `make` builds the message anew for
+    /// each attempt; it returns what the caller then waits on.
+    pub(crate) async fn deliver<M, R>(
+        &self,
+        core: &Arc<Core>,
+        id: &SessionId,
+        mut make: impl FnMut() -> (M, R),
+    ) -> Result<R, Error>
+    where
+        M: actix::Message<Result = ()> + Send + 'static,
+        SessionActor: actix::Handler<M>,
+    {
+        for _ in 0..DELIVERY_ATTEMPTS {
+            let addr = self.addr(core, id)?;
+            let (message, rest) = make();
+            match addr.send(message).await {
+                Ok(()) => return Ok(rest),
+                Err(MailboxError::Closed) | Err(MailboxError::Timeout) => {
+                    self.forget_addr(id, &addr);
+                }
+            }
+        }
+        if self.is_closed() {
+            Err(Error::ShuttingDown)
+        } else {
+            Err(Error::Undeliverable {
+                session_id: id.clone(),
+            })
+        }
     }
 
     /// Stops handing out actors; returns the live ones so they can be closed.
