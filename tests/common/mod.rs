@@ -1,12 +1,18 @@
-//! Shared helpers for the integration tests: a temp database, a runtime on it, sessions.
+//! Shared helpers for the integration tests: a temp database and a runtime on it (`harness`),
+//! waits on what the runtime commits (`events`), sessions.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use durable_sessions::testing::ScriptedRunner;
-use durable_sessions::{CreateSession, Runtime, RuntimeBuilder, SessionId};
+use durable_sessions::{CreateSession, Runner, Runtime, RuntimeBuilder, SessionId};
 use tempfile::TempDir;
+
+mod events;
+mod harness;
+
+pub use events::{next_commit, wait_for_event, wait_until_committed};
+pub use harness::{Harness, HarnessBuilder};
 
 /// How long a test waits for something observable before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -25,19 +31,31 @@ impl TestDb {
         Self { dir, path }
     }
 
-    /// A builder on this database with a short shutdown grace and no sweep at start.
-    pub fn builder(&self, runner: &ScriptedRunner) -> RuntimeBuilder {
-        Runtime::builder()
-            .database(&self.path)
-            .runner(runner.clone())
-            .arbiters(2)
-            .sweep_on_start(false)
-            .shutdown_grace(Duration::from_secs(2))
+    /// A builder on this database: [`test_builder`].
+    pub fn builder<R: Runner + Clone>(&self, runner: &R) -> RuntimeBuilder {
+        test_builder(&self.path, runner)
     }
 
-    pub async fn start(&self, runner: &ScriptedRunner) -> Runtime {
+    pub async fn start<R: Runner + Clone>(&self, runner: &R) -> Runtime {
         self.builder(runner).start().await.expect("runtime starts")
     }
+
+    /// Keeps the directory and its files on disk (a failed test's database, for a post-mortem)
+    /// and returns its path.
+    pub fn keep(self) -> PathBuf {
+        self.dir.keep()
+    }
+}
+
+/// The tests' runtime builder on `database`: two arbiters, no restart sweep at start, a short
+/// shutdown grace.
+pub fn test_builder<R: Runner + Clone>(database: &Path, runner: &R) -> RuntimeBuilder {
+    Runtime::builder()
+        .database(database)
+        .runner(runner.clone())
+        .arbiters(2)
+        .sweep_on_start(false)
+        .shutdown_grace(Duration::from_secs(2))
 }
 
 /// Creates a top-level session `id` (or a child of `parent`).
@@ -56,7 +74,9 @@ pub async fn create(runtime: &Runtime, id: &str, parent: Option<&SessionId>) -> 
     id
 }
 
-/// Waits until `check` holds, polling every few milliseconds.
+/// Waits until `check` holds, polling every few milliseconds: for state no event announces (the
+/// registry's counters, `active()`); a condition on what the runtime commits is better awaited
+/// with [`wait_until_committed`] or [`wait_for_event`].
 ///
 /// # Panics
 /// After [`WAIT`], naming `what`.
