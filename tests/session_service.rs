@@ -24,7 +24,7 @@ use common::{count, create, mid, sid, text, TestDb, WAIT};
 /// Row counts of the four tables a rejected call must leave alone.
 fn row_counts(db: &TestDb) -> [i64; 4] {
     ["session", "session_input", "session_message", "event"]
-        .map(|table| count(db, &format!("SELECT COUNT(*) FROM {table}")))
+        .map(|table| count(&db.path, &format!("SELECT COUNT(*) FROM {table}")))
 }
 
 fn ids(sessions: &[SessionInfo]) -> Vec<String> {
@@ -145,7 +145,7 @@ async fn create_is_idempotent_by_id() {
         .await
         .unwrap();
     assert_eq!(child.parent_id, Some(sid("a")));
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM session"), 3);
+    assert_eq!(count(&db.path, "SELECT COUNT(*) FROM session"), 3);
     runtime.shutdown().await;
 }
 
@@ -185,7 +185,7 @@ async fn concurrent_creates_of_one_id_make_one_row_and_the_same_answer() {
     let answers: Vec<SessionInfo> = answers.into_iter().map(Creation::into_info).collect();
     assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
     assert_eq!(sessions.get(&sid("race")).await.unwrap(), answers[0]);
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM session"), 1);
+    assert_eq!(count(&db.path, "SELECT COUNT(*) FROM session"), 1);
     let created = testing::events_of_kind(&db.path, &sid("race"), kind::CREATED).unwrap();
     assert_eq!(created.len(), 1);
     assert_eq!(created[0].data["info"]["title"], json!(answers[0].title));
@@ -690,7 +690,7 @@ async fn promotion_follows_delivery_modes_and_cutoffs() {
     }
     assert_eq!(
         count(
-            &db,
+            &db.path,
             "SELECT COUNT(*) FROM session_input WHERE promoted_seq IS NULL"
         ),
         0

@@ -196,7 +196,7 @@ pub fn text(s: &str) -> serde_json::Value {
 }
 
 /// `SELECT COUNT(*)` (or any single integer) on the database file.
-pub fn count(db: &TestDb, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open(&db.path).expect("open db");
+pub fn count(db: &Path, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open(db).expect("open db");
     conn.query_row(sql, [], |row| row.get(0)).expect("count")
 }
