@@ -16,7 +16,7 @@ use durable_sessions::{
     MessageId, MessagesQuery, Order, ParentFilter, PromptInput, RuntimeConfig, SessionId,
     SessionInfo, Sessions, Terminal,
 };
-use futures::future::join_all;
+use futures::future::{join_all, Either};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -797,32 +797,36 @@ async fn events_replay_then_follow_live_under_concurrent_publishing() {
     let after = 3;
     let mut stream = sessions.events(&s, Some(after)).await.unwrap();
     let mut seen = Vec::new();
-    let deadline = std::time::Instant::now() + WAIT;
-    let last = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "stalled after {seen:?}"
-        );
-        if prompts.is_finished() && turn.is_finished() {
-            let last = testing::events(runtime.path(), &s)
-                .unwrap()
-                .last()
-                .map(|e| e.seq);
-            if seen.last().copied() == last {
-                break last.unwrap();
-            }
-        }
-        let polled = Duration::from_millis(20);
-        if let Ok(item) = tokio::time::timeout(polled, stream.next()).await {
-            seen.push(
-                item.expect("the stream goes on")
-                    .expect("the read succeeds")
-                    .seq,
-            );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let seq = |item: Option<Result<Arc<durable_sessions::EventRecord>, Error>>| {
+        item.expect("the stream goes on")
+            .expect("the read succeeds")
+            .seq
+    };
+    // Read while the publishers are under way, until both are done...
+    let mut publishers = Box::pin(async { (prompts.await, turn.await) });
+    let (prompted, terminal) = loop {
+        let next = Box::pin(tokio::time::timeout_at(deadline, stream.next()));
+        match futures::future::select(next, publishers.as_mut()).await {
+            Either::Left((Ok(item), _)) => seen.push(seq(item)),
+            Either::Left((Err(_), _)) => panic!("stalled after {seen:?}"),
+            Either::Right((done, _)) => break done,
         }
     };
-    prompts.await.unwrap();
-    assert_eq!(turn.await.unwrap().unwrap(), Terminal::Succeeded);
+    // ...then on up to the last event they stored.
+    let last = testing::events(runtime.path(), &s)
+        .unwrap()
+        .last()
+        .map(|e| e.seq)
+        .expect("the session has events");
+    while seen.last() != Some(&last) {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(item) => seen.push(seq(item)),
+            Err(_) => panic!("stalled after {seen:?}"),
+        }
+    }
+    prompted.unwrap();
+    assert_eq!(terminal.unwrap().unwrap(), Terminal::Succeeded);
     // created + 5 early prompts + started + CUSTOM + PROMPTS + succeeded.
     assert_eq!(last as usize, 1 + 5 + 1 + CUSTOM + PROMPTS + 1 - 1);
     let expected: Vec<u64> = (after + 1..=last).collect();
