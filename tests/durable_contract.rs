@@ -16,14 +16,14 @@ use std::time::Duration;
 use durable_sessions::kind;
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{
-    CreateSession, Delivery, Error, MessageId, PromptInput, RunError, Runner, Runtime, SessionId,
-    Turn, TurnCause,
+    CreateSession, Delivery, Error, MessageId, PromptInput, RunError, Runner, Runtime,
+    RuntimeBuilder, SessionId, Turn, TurnCause,
 };
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
-use common::sid;
+use common::{sid, test_builder, Harness};
 
 /// Selects the child's role; set only in child processes.
 const ROLE_ENV: &str = "DS_CONTRACT_ROLE";
@@ -126,13 +126,14 @@ fn prompt(session: &SessionId, id: &str) -> PromptInput {
         .with_id(MessageId::new(id).expect("valid message id"))
 }
 
-async fn start(db: &Path, runner: impl Runner) -> Runtime {
-    Runtime::builder()
-        .database(db)
-        .runner(runner)
-        .arbiters(2)
-        .max_resume_attempts(3)
-        .shutdown_grace(Duration::from_secs(2))
+/// The runtime of these tests: the tests' defaults with a resume budget of 3 and the restart
+/// sweep at start.
+fn contract(builder: RuntimeBuilder) -> RuntimeBuilder {
+    builder.max_resume_attempts(3).sweep_on_start(true)
+}
+
+async fn start<R: Runner + Clone>(db: &Path, runner: &R) -> Runtime {
+    contract(test_builder(db, runner))
         .start()
         .await
         .expect("runtime starts")
@@ -216,7 +217,7 @@ fn run_child_if_requested() {
         };
         let gate = Gate::new();
         agent.block_on("p1", &gate);
-        let runtime = start(&db, agent).await;
+        let runtime = start(&db, &agent).await;
         let sessions = runtime.sessions();
         let s = sid("s");
         sessions.create(session_info(&s)).await.expect("create");
@@ -278,7 +279,7 @@ fn an_acknowledged_prompt_runs_after_a_crash_without_a_retry() {
 
     actix_rt::System::new().block_on(async {
         let agent = Agent::default();
-        let runtime = start(&db, agent.clone()).await;
+        let runtime = start(&db, &agent).await;
         runtime.execution().await_idle(&s).await.unwrap();
         let seen = agent.seen();
         assert_eq!(seen.len(), 1, "{seen:?}");
@@ -312,7 +313,7 @@ fn an_acknowledged_prompt_runs_after_a_crash_without_a_retry() {
     // Served: a further boot has nothing to adopt.
     actix_rt::System::new().block_on(async {
         let agent = Agent::default();
-        let runtime = start(&db, agent.clone()).await;
+        let runtime = start(&db, &agent).await;
         runtime.shutdown().await;
         assert!(agent.seen().is_empty());
     });
@@ -343,7 +344,7 @@ fn a_durable_interrupt_request_sticks_across_a_crash_before_the_terminal() {
     for boot in 0..2 {
         actix_rt::System::new().block_on(async {
             let agent = Agent::default();
-            let runtime = start(&db, agent.clone()).await;
+            let runtime = start(&db, &agent).await;
             runtime.execution().await_idle(&s).await.unwrap();
             runtime.shutdown().await;
             assert!(
@@ -366,14 +367,12 @@ fn a_durable_interrupt_request_sticks_across_a_crash_before_the_terminal() {
 /// of the queue (a graceful shutdown while the second one's turn runs).
 #[actix_rt::test]
 async fn queued_prompts_each_run_in_their_own_turn_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("queue.db");
     let s = sid("q");
     let (first, second) = (Gate::new(), Gate::new());
     let agent = Agent::default();
     agent.block_on("p0", &first);
     agent.block_on("q2", &second);
-    let runtime = start(&db, agent.clone()).await;
+    let mut runtime = Harness::with(contract).start(&agent).await;
     let sessions = runtime.sessions();
     sessions.create(session_info(&s)).await.unwrap();
     sessions.prompt(prompt(&s, "p0")).await.unwrap();
@@ -391,23 +390,23 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
         agent.seen().iter().any(|d| d.promoted == ["q2"])
     })
     .await;
-    runtime.shutdown().await;
+    runtime.stop().await;
     assert!(
-        testing::is_claimed(&db, &s).unwrap(),
+        testing::is_claimed(runtime.path(), &s).unwrap(),
         "shutdown keeps q2's turn"
     );
 
     let agent2 = Agent::default();
-    let runtime = start(&db, agent2.clone()).await;
+    runtime.restart(&agent2, contract).await;
     wait_until("q3's reply", || {
-        testing::events_of_kind(&db, &s, kind::MESSAGE_APPENDED)
+        testing::events_of_kind(runtime.path(), &s, kind::MESSAGE_APPENDED)
             .unwrap()
             .iter()
             .any(|e| e.data["data"]["reply_to"] == "q3")
     })
     .await;
     runtime.execution().await_idle(&s).await.unwrap();
-    runtime.shutdown().await;
+    runtime.stop().await;
 
     let resumed = agent2.seen();
     let TurnCause::Recovery(resumption) = &resumed[0].cause else {
@@ -423,7 +422,7 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
     // Each queued prompt was promoted in a claim of its own (between two releases), in order.
     let mut turns: Vec<Vec<String>> = Vec::new();
     let mut claimed = false;
-    for e in testing::events(&db, &s).unwrap() {
+    for e in testing::events(runtime.path(), &s).unwrap() {
         match e.kind.as_str() {
             k if k == kind::EXECUTION_STARTED && !claimed => {
                 claimed = true;
@@ -443,7 +442,7 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
         "one queued prompt per turn, in admission order"
     );
     assert_eq!(
-        without_reply_ids(transcript(&db, &s)),
+        without_reply_ids(transcript(runtime.path(), &s)),
         [
             user("p0", false),
             reply("p0"),
@@ -463,12 +462,10 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
 async fn an_interrupt_racing_shutdown_is_never_resumed() {
     let mut outcomes = (0, 0);
     for round in 0..20u64 {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("race.db");
         let s = sid("s");
         let runner = ScriptedRunner::new();
         runner.push(&s, Script::Never);
-        let runtime = start(&db, runner.clone()).await;
+        let mut runtime = Harness::with(contract).start(&runner).await;
         let sessions = runtime.sessions();
         sessions.create(session_info(&s)).await.unwrap();
         sessions.prompt(prompt(&s, "p")).await.unwrap();
@@ -478,19 +475,20 @@ async fn an_interrupt_racing_shutdown_is_never_resumed() {
         let delay = Duration::from_micros(round * 150);
         let (interrupted, ()) = futures::join!(sessions.interrupt(&s), async {
             actix_rt::time::sleep(delay).await;
-            runtime.shutdown().await;
+            runtime.stop().await;
         });
-        let requests = testing::events_of_kind(&db, &s, kind::INTERRUPT_REQUESTED).unwrap();
+        let requests =
+            testing::events_of_kind(runtime.path(), &s, kind::INTERRUPT_REQUESTED).unwrap();
         let after = ScriptedRunner::new();
-        let runtime = start(&db, after.clone()).await;
+        runtime.restart(&after, contract).await;
         runtime.execution().await_idle(&s).await.unwrap();
-        runtime.shutdown().await;
+        runtime.stop().await;
         match interrupted {
             Ok(_) => {
                 outcomes.0 += 1;
                 assert_eq!(requests.len(), 1, "round {round}");
                 assert!(after.drains_of(&s).is_empty(), "round {round}: resumed");
-                let terminal = testing::events(&db, &s).unwrap().pop().unwrap();
+                let terminal = testing::events(runtime.path(), &s).unwrap().pop().unwrap();
                 assert_eq!(
                     (terminal.kind.as_str(), &terminal.data),
                     (kind::EXECUTION_INTERRUPTED, &json!({ "reason": "user" })),
@@ -503,7 +501,10 @@ async fn an_interrupt_racing_shutdown_is_never_resumed() {
                 assert!(requests.is_empty(), "round {round}: stored though refused");
             }
         }
-        assert!(!testing::is_claimed(&db, &s).unwrap(), "round {round}");
+        assert!(
+            !testing::is_claimed(runtime.path(), &s).unwrap(),
+            "round {round}"
+        );
     }
     assert!(
         outcomes.0 > 0,
