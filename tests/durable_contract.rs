@@ -22,8 +22,9 @@ use durable_sessions::{
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
+use tokio::sync::Notify;
 
-use common::{sid, test_builder, Harness};
+use common::{sid, test_builder, wait_for_event, wait_until_committed, Harness, WAIT};
 
 /// Selects the child's role; set only in child processes.
 const ROLE_ENV: &str = "DS_CONTRACT_ROLE";
@@ -44,6 +45,8 @@ struct Seen {
 #[derive(Clone, Default)]
 struct Agent {
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// Woken each time a drain is recorded in `seen`.
+    recorded: Arc<Notify>,
     block: Arc<Mutex<Vec<(String, Gate)>>>,
     print: bool,
 }
@@ -51,6 +54,25 @@ struct Agent {
 impl Agent {
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until the drains recorded so far satisfy `done`: checked now and again each time a
+    /// drain is recorded, never on a timer.
+    ///
+    /// # Panics
+    /// After [`WAIT`], naming `what`.
+    async fn wait_seen(&self, what: &str, done: impl Fn(&[Seen]) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            // Registered before the check, so a drain recorded after it still wakes us.
+            let recorded = self.recorded.notified();
+            if done(&self.seen()) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, recorded).await.is_err() {
+                panic!("timed out waiting for {what}: {:?}", self.seen());
+            }
+        }
     }
 
     /// The next drain of `session` that promotes `prompt` waits for `gate`.
@@ -80,6 +102,7 @@ impl Runner for Agent {
                 cause: turn.cause().clone(),
                 promoted: ids.clone(),
             });
+            this.recorded.notify_waiters();
             if this.print {
                 println!("DRAIN {} {ids:?}", turn.session_id());
             }
@@ -184,18 +207,6 @@ fn without_reply_ids(
         .collect()
 }
 
-/// Polls `done` every 5 ms; panics after 20 s naming `what`.
-async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        actix_rt::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 fn user(id: &str, interrupted: bool) -> (String, String, Option<String>, bool) {
     ("user".into(), id.into(), None, interrupted)
 }
@@ -221,16 +232,15 @@ fn run_child_if_requested() {
         let sessions = runtime.sessions();
         let s = sid("s");
         sessions.create(session_info(&s)).await.expect("create");
+        let mut events = runtime.subscribe();
         sessions.prompt(prompt(&s, "p1")).await.expect("prompt");
         println!("ADMITTED p1");
         if role == "interrupt" {
             // Wait until the turn promoted p1 and blocks, then interrupt it.
-            while testing::events_of_kind(&db, &s, kind::PROMPT_PROMOTED)
-                .unwrap()
-                .is_empty()
-            {
-                actix_rt::time::sleep(Duration::from_millis(5)).await;
-            }
+            wait_for_event(&mut events, "p1's promotion", |e| {
+                e.session_id == s && e.kind == kind::PROMPT_PROMOTED
+            })
+            .await;
             let hit = sessions.interrupt(&s).await;
             println!("INTERRUPTED {hit:?}");
         }
@@ -376,20 +386,22 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
     let sessions = runtime.sessions();
     sessions.create(session_info(&s)).await.unwrap();
     sessions.prompt(prompt(&s, "p0")).await.unwrap();
-    wait_until("p0's turn", || {
-        agent.seen().iter().any(|d| d.promoted == ["p0"])
-    })
-    .await;
+    agent
+        .wait_seen("p0's turn", |seen| {
+            seen.iter().any(|d| d.promoted == ["p0"])
+        })
+        .await;
     for id in ["q1", "q2", "q3"] {
         let input = prompt(&s, id).with_delivery(Delivery::Queue);
         sessions.prompt(input).await.unwrap();
     }
     first.release();
     // The turn serving q2 blocks; restart in the middle of the queue.
-    wait_until("q2's turn", || {
-        agent.seen().iter().any(|d| d.promoted == ["q2"])
-    })
-    .await;
+    agent
+        .wait_seen("q2's turn", |seen| {
+            seen.iter().any(|d| d.promoted == ["q2"])
+        })
+        .await;
     runtime.stop().await;
     assert!(
         testing::is_claimed(runtime.path(), &s).unwrap(),
@@ -398,7 +410,9 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
 
     let agent2 = Agent::default();
     runtime.restart(&agent2, contract).await;
-    wait_until("q3's reply", || {
+    // The sweep in `restart` may already have served q3: the wait checks the store first.
+    let mut events = runtime.subscribe();
+    wait_until_committed(&mut events, "q3's reply", || {
         testing::events_of_kind(runtime.path(), &s, kind::MESSAGE_APPENDED)
             .unwrap()
             .iter()
