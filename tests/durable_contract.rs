@@ -16,7 +16,7 @@ use std::time::Duration;
 use durable_sessions::kind;
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{
-    CreateSession, Delivery, Error, MessageId, PromptInput, RunError, Runner, Runtime,
+    CreateSession, Delivery, Error, EventRecord, MessageId, PromptInput, RunError, Runner, Runtime,
     RuntimeBuilder, SessionId, Turn, TurnCause,
 };
 use futures::future::LocalBoxFuture;
@@ -412,7 +412,8 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
     runtime.restart(&agent2, contract).await;
     // The sweep in `restart` may already have served q3: the wait checks the store first.
     let mut events = runtime.subscribe();
-    wait_until_committed(&mut events, "q3's reply", || {
+    let appended = |e: &EventRecord| e.session_id == s && e.kind == kind::MESSAGE_APPENDED;
+    wait_until_committed(&mut events, "q3's reply", appended, || {
         testing::events_of_kind(runtime.path(), &s, kind::MESSAGE_APPENDED)
             .unwrap()
             .iter()

@@ -36,38 +36,48 @@ pub async fn wait_for_event(
 }
 
 /// Waits until `check` holds, checking it now and again each time the runtime commits an event
-/// (never on a timer).
+/// `relevant` accepts (never on a timer).
 ///
-/// For a condition on the store — or on state the runtime changes before it commits the next
-/// event — with `events` subscribed before this first check, so a commit between a check and
-/// the wait is not missed. A subscriber that lagged behind the bus just checks again.
+/// For a condition on the store — or on state the runtime changes before it commits the event
+/// that follows — with `events` subscribed before this first check, so a commit between a check
+/// and the wait is not missed. `relevant` names the events that can make `check` true (`|_|
+/// true` for any); a subscriber that lagged behind the bus checks again anyway.
 ///
 /// # Panics
 /// After [`WAIT`], naming `what`; when the runtime stops.
 pub async fn wait_until_committed(
     events: &mut EventStream,
     what: &str,
+    relevant: impl Fn(&EventRecord) -> bool,
     mut check: impl FnMut() -> bool,
 ) {
     let deadline = Instant::now() + WAIT;
     while !check() {
         assert!(
-            next_commit(events, deadline).await,
+            next_commit(events, deadline, &relevant).await,
             "timed out waiting for {what}"
         );
     }
 }
 
-/// Waits for the runtime's next commit — an event, or the news that this lagging subscriber
-/// missed some — until `deadline`; false when the deadline passed first. The step of an
-/// event-driven wait whose check is async (see [`wait_until_committed`]).
+/// Waits until the runtime commits an event `relevant` accepts — or tells this lagging
+/// subscriber it missed some — until `deadline`; false when the deadline passed first. The step
+/// of an event-driven wait whose check is async (see [`wait_until_committed`]).
 ///
 /// # Panics
 /// When the runtime stops.
-pub async fn next_commit(events: &mut EventStream, deadline: Instant) -> bool {
-    match tokio::time::timeout_at(deadline, events.recv()).await {
-        Ok(Ok(_) | Err(RecvError::Lagged { .. })) => true,
-        Ok(Err(RecvError::Closed)) => panic!("the runtime stopped"),
-        Err(_) => false,
+pub async fn next_commit(
+    events: &mut EventStream,
+    deadline: Instant,
+    relevant: impl Fn(&EventRecord) -> bool,
+) -> bool {
+    loop {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Ok(event)) if relevant(&event) => return true,
+            Ok(Ok(_)) => {}
+            Ok(Err(RecvError::Lagged { .. })) => return true,
+            Ok(Err(RecvError::Closed)) => panic!("the runtime stopped"),
+            Err(_) => return false,
+        }
     }
 }
