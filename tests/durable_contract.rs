@@ -155,6 +155,8 @@ fn contract(builder: RuntimeBuilder) -> RuntimeBuilder {
     builder.max_resume_attempts(3).sweep_on_start(true)
 }
 
+/// A runtime of these tests on `db`: the crash tests and their child processes share a file.
+#[cfg_attr(not(feature = "crash-points"), allow(dead_code))]
 async fn start<R: Runner + Clone>(db: &Path, runner: &R) -> Runtime {
     contract(test_builder(db, runner))
         .start()
