@@ -10,17 +10,15 @@
 
 mod common;
 
-use std::time::Duration;
-
 use durable_sessions::{
     CreateSession, Cursor, Delivery, Direction, Error, ListQuery, MessageId, MessagesQuery,
-    PromptInput, Runtime, SessionId, Sessions,
+    PromptInput, SessionId, Sessions,
 };
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
 
-use common::{mid, sid, EchoOptions, EchoRunner, StoreView, TestDb};
+use common::{mid, sid, EchoOptions, EchoRunner, Harness, StoreView};
 
 /// The prompt size limit of these tests' runtime.
 const MAX_PROMPT: usize = 4096;
@@ -60,17 +58,11 @@ fn nested(depth: usize) -> Value {
 }
 
 /// A runtime with sessions `a` (two answered prompts) and `b` (one), no claim left.
-async fn setup(db: &TestDb) -> Runtime {
+async fn setup() -> Harness {
     let runner = EchoRunner::new(EchoOptions::default());
-    let runtime = Runtime::builder()
-        .database(&db.path)
-        .runner(runner)
-        .arbiters(2)
-        .max_prompt_bytes(MAX_PROMPT)
-        .shutdown_grace(Duration::from_secs(2))
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| b.sweep_on_start(true).max_prompt_bytes(MAX_PROMPT))
+        .start(&runner)
+        .await;
     let sessions = runtime.sessions();
     for (session, prompts) in [("a", &["a1", "a2"][..]), ("b", &["b1"][..])] {
         sessions
@@ -89,7 +81,7 @@ async fn setup(db: &TestDb) -> Runtime {
         }
         runtime.execution().await_idle(&sid(session)).await.unwrap();
     }
-    let view = StoreView::read(&db.path);
+    let view = StoreView::read(runtime.path());
     view.assert_invariants(10, "setup");
     assert_eq!(view.messages.len(), 6, "three prompts, three replies");
     runtime
@@ -505,17 +497,16 @@ fn service_cases(sessions: &Sessions) -> Vec<Case<'_>> {
 /// and leaves the four tables' row counts unchanged.
 #[actix_rt::test]
 async fn malformed_service_inputs_get_typed_errors_and_write_nothing() {
-    let db = TestDb::new();
-    let runtime = setup(&db).await;
+    let runtime = setup().await;
     let sessions = runtime.sessions();
     let cases = service_cases(&sessions);
     assert!(cases.len() >= 50, "{} cases", cases.len());
     let mut failures = Vec::new();
     let count = cases.len();
     for (name, expected, case) in cases {
-        let before = StoreView::read(&db.path).counts();
+        let before = StoreView::read(runtime.path()).counts();
         let answer = case.await;
-        let after = StoreView::read(&db.path).counts();
+        let after = StoreView::read(runtime.path()).counts();
         if answer != expected {
             failures.push(format!("{name}: expected {expected:?}, got {answer:?}"));
         }
@@ -524,9 +515,9 @@ async fn malformed_service_inputs_get_typed_errors_and_write_nothing() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    StoreView::read(&db.path).assert_invariants(10, "after the bad inputs");
+    StoreView::read(runtime.path()).assert_invariants(10, "after the bad inputs");
     eprintln!("{count} malformed service inputs answered typed, nothing written");
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// JSON that a client would send into the service types (`PromptInput`, `CreateSession`,
@@ -587,7 +578,7 @@ mod http {
     use serde_json::Value;
 
     use super::{setup, MAX_PROMPT};
-    use crate::common::{StoreView, TestDb};
+    use crate::common::StoreView;
 
     /// One HTTP case: method, path, `Last-Event-ID`, body, expected status and error type.
     struct Case {
@@ -974,8 +965,7 @@ mod http {
     /// no row written.
     #[actix_rt::test]
     async fn malformed_http_requests_get_their_4xx_and_write_nothing() {
-        let db = TestDb::new();
-        let runtime = setup(&db).await;
+        let runtime = setup().await;
         let app = test::init_service(
             App::new()
                 .configure(http::configure(
@@ -990,7 +980,7 @@ mod http {
         let count = cases.len();
         let mut failures = Vec::new();
         for case in cases {
-            let before = StoreView::read(&db.path).counts();
+            let before = StoreView::read(runtime.path()).counts();
             let mut request = test::TestRequest::default()
                 .method(case.method.clone())
                 .uri(&case.path);
@@ -1016,13 +1006,13 @@ mod http {
                     case.name, case.status, case.kind
                 ));
             }
-            let after = StoreView::read(&db.path).counts();
+            let after = StoreView::read(runtime.path()).counts();
             if after != before {
                 failures.push(format!("{}: row counts {before:?} -> {after:?}", case.name));
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
         eprintln!("{count} malformed HTTP requests answered with their 4xx, nothing written");
-        runtime.shutdown().await;
+        runtime.stop().await;
     }
 }

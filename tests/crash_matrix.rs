@@ -61,14 +61,15 @@ use std::time::{Duration, Instant};
 
 use durable_sessions::kind;
 use durable_sessions::{
-    CreateSession, Delivery, Execution, MessageId, PromptInput, Runtime, SessionId, Synchronous,
+    CreateSession, Delivery, EventRecord, EventStream, MessageId, PromptInput, Runtime, SessionId,
+    Synchronous,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use common::{
-    is_releasing_terminal, prompt_body, run_seed, say, splitmix, ChildProcess, EchoOptions,
-    EchoRunner, EventRow, StoreView, TestDb, XorShift, CHILD_WAIT,
+    is_releasing_terminal, next_commit, prompt_body, run_seed, say, splitmix, ChildProcess,
+    EchoOptions, EchoRunner, EventRow, StoreView, TestDb, XorShift, CHILD_WAIT,
 };
 
 /// The child's plan (JSON); set only in child processes.
@@ -185,12 +186,13 @@ async fn child(plan: Plan, db: PathBuf) {
     let sessions = runtime.sessions();
     if plan.late_prompt {
         let (sessions, db, boot) = (sessions.clone(), db.clone(), plan.boot);
+        let events = runtime.subscribe();
         thread::spawn(move || {
-            actix_rt::System::new().block_on(late_prompt(sessions, db, boot));
+            actix_rt::System::new().block_on(late_prompt(sessions, events, db, boot));
         });
     }
     let workloads = (0..plan.sessions).map(|i| {
-        let (sessions, plan) = (sessions.clone(), plan.clone());
+        let (runtime, sessions, plan) = (runtime.clone(), sessions.clone(), plan.clone());
         async move {
             let sid = session(i);
             sessions
@@ -223,7 +225,12 @@ async fn child(plan: Plan, db: PathBuf) {
                 };
                 if interrupt {
                     if plan.interrupt_when_answered {
-                        let deadline = Instant::now() + CHILD_WAIT;
+                        // Checked again whenever the session appends a message.
+                        let mut events = runtime.subscribe();
+                        let appended = |e: &EventRecord| {
+                            e.session_id == sid && e.kind == kind::MESSAGE_APPENDED
+                        };
+                        let deadline = tokio::time::Instant::now() + CHILD_WAIT;
                         while !sessions
                             .context(&sid)
                             .await
@@ -231,8 +238,10 @@ async fn child(plan: Plan, db: PathBuf) {
                             .iter()
                             .any(|m| m.kind == "assistant")
                         {
-                            assert!(Instant::now() < deadline, "{sid}: no reply to wait for");
-                            actix_rt::time::sleep(Duration::from_millis(2)).await;
+                            assert!(
+                                next_commit(&mut events, deadline, appended).await,
+                                "{sid}: no reply to wait for"
+                            );
                         }
                     }
                     let hit = sessions.interrupt(&sid).await.expect("interrupt");
@@ -257,12 +266,22 @@ async fn child(plan: Plan, db: PathBuf) {
     actix_rt::time::sleep(Duration::from_secs(60)).await;
 }
 
-/// The other client of [`Plan::late_prompt`].
-async fn late_prompt(sessions: durable_sessions::Sessions, db: PathBuf, boot: usize) {
-    let deadline = Instant::now() + CHILD_WAIT;
+/// The other client of [`Plan::late_prompt`]; `events` was subscribed before the workload
+/// started.
+async fn late_prompt(
+    sessions: durable_sessions::Sessions,
+    mut events: EventStream,
+    db: PathBuf,
+    boot: usize,
+) {
+    let requested =
+        |e: &EventRecord| e.session_id.as_str() == "s0" && e.kind == kind::INTERRUPT_REQUESTED;
+    let deadline = tokio::time::Instant::now() + CHILD_WAIT;
     while StoreView::read(&db).count_kind("s0", kind::INTERRUPT_REQUESTED) == 0 {
-        assert!(Instant::now() < deadline, "no interrupt request to follow");
-        actix_rt::time::sleep(Duration::from_millis(2)).await;
+        assert!(
+            next_commit(&mut events, deadline, requested).await,
+            "no interrupt request to follow"
+        );
     }
     let id = format!("b{boot}-s0-late");
     say(&format!("ADMITTING {id} s0 steer"));
@@ -542,12 +561,16 @@ fn crash_with(
 /// After [`CHILD_WAIT`]: a claim never released, or a queued prompt's turn never started.
 async fn quiesce(
     db: &Path,
-    execution: &Execution,
+    runtime: &Runtime,
     sessions: &BTreeSet<String>,
     from: &BTreeMap<String, u64>,
     context: &str,
 ) -> StoreView {
-    let deadline = Instant::now() + CHILD_WAIT;
+    let execution = runtime.execution();
+    // Checked again whenever one of the sessions commits an event (a claim, a release).
+    let mut commits = runtime.subscribe();
+    let theirs = |e: &EventRecord| sessions.contains(e.session_id.as_str());
+    let deadline = tokio::time::Instant::now() + CHILD_WAIT;
     loop {
         for id in sessions {
             execution
@@ -566,7 +589,7 @@ async fn quiesce(
         if busy.is_empty() {
             return view;
         }
-        if Instant::now() >= deadline {
+        if !next_commit(&mut commits, deadline, theirs).await {
             let detail: Vec<String> = busy
                 .iter()
                 .map(|s| {
@@ -595,7 +618,6 @@ async fn quiesce(
                 detail.join("\n")
             );
         }
-        actix_rt::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -661,7 +683,6 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
             .await
             .expect("recovery boot starts");
         let sessions = runtime.sessions();
-        let execution = runtime.execution();
         let orphans = before.claimed();
         let owed = before.owed();
         // Resumed: claimed turns no interrupt fenced, and owed sessions, within the budget.
@@ -677,7 +698,7 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
             .iter()
             .map(|s| (s.clone(), before.events.get(s).map_or(0, Vec::len) as u64))
             .collect();
-        let swept = quiesce(db, &execution, &all_sessions, &from, &context).await;
+        let swept = quiesce(db, &runtime, &all_sessions, &from, &context).await;
 
         // The sweep: one forced drain per resumed turn, none for anything else, no claim left.
         // The only other drains are the turns of queued prompts a resumed turn left.
@@ -762,7 +783,7 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
             retried.insert(id.clone());
         }
         ledger.acked.extend(retried.iter().cloned());
-        let retried_view = quiesce(db, &execution, &all_sessions, &from, &context).await;
+        let retried_view = quiesce(db, &runtime, &all_sessions, &from, &context).await;
         retried_view.assert_invariants(max, &context);
         assert_acknowledged_ran(&retried_view, ledger, &retried, &context);
 
@@ -780,7 +801,7 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
             sessions.prompt(input).await.expect("last prompt");
             ledger.acked.insert(id);
         }
-        let settled = quiesce(db, &execution, &all_sessions, &from, &context).await;
+        let settled = quiesce(db, &runtime, &all_sessions, &from, &context).await;
         settled.assert_invariants(max, &context);
         assert!(
             settled.pending().is_empty(),

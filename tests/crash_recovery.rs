@@ -13,12 +13,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
 use std::time::Duration;
 
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
@@ -26,7 +21,7 @@ use durable_sessions::{kind, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION, RESTAR
 use durable_sessions::{CreateSession, Runtime, SessionId, Terminal};
 use serde_json::json;
 
-use common::{TestDb, WAIT};
+use common::{say, ChildProcess, TestDb, WAIT};
 
 /// The child's workload, when set.
 const CHILD_ENV: &str = "DS_CRASH_CHILD";
@@ -36,8 +31,6 @@ const DB_ENV: &str = "DS_CRASH_DB";
 const DRAIN_STARTED: &str = "DRAIN_STARTED";
 /// Printed by the child once its user interrupt returned `true`.
 const INTERRUPTED: &str = "INTERRUPTED";
-/// How long the parent waits for a child's marker before killing it and failing.
-const CHILD_WAIT: Duration = Duration::from_secs(15);
 /// The resume budget of every boot in the crash-loop test.
 const MAX_ATTEMPTS: u32 = 2;
 /// The session every child works on.
@@ -88,15 +81,11 @@ fn run_child_if_requested() {
     };
     let mode = Mode::parse(&mode);
     let path = PathBuf::from(std::env::var(DB_ENV).expect("DS_CRASH_DB is set"));
+    // End the test harness's `test <name> ... ` line, so the marker starts a line.
+    say("");
     actix_rt::System::new().block_on(child(mode, path));
     // The workload ends only when the parent kills it; never report a result of our own.
     std::process::exit(3);
-}
-
-fn announce(marker: &str) {
-    let mut stdout = std::io::stdout();
-    writeln!(stdout, "{marker}").expect("write marker");
-    stdout.flush().expect("flush marker");
 }
 
 async fn child(mode: Mode, path: PathBuf) {
@@ -129,9 +118,9 @@ async fn child(mode: Mode, path: PathBuf) {
     runner.wait_for_drains_of(&id, 1, WAIT).await;
     if mode == Mode::Interrupt {
         assert!(runtime.execution().interrupt(&id, None).await.unwrap());
-        announce(INTERRUPTED);
+        say(INTERRUPTED);
     } else {
-        announce(DRAIN_STARTED);
+        say(DRAIN_STARTED);
     }
     // Wait to be killed; a parent that died without killing us must not leave us behind.
     actix_rt::time::sleep(Duration::from_secs(60)).await;
@@ -140,111 +129,15 @@ async fn child(mode: Mode, path: PathBuf) {
 // ---------------------------------------------------------------------------------------------
 // The parent side.
 
-/// A running child process; killed (SIGKILL) and reaped on drop if the test failed first.
-struct Child {
-    /// The child process.
-    process: std::process::Child,
-    /// The child's stdout, line by line, from a reader thread.
-    lines: mpsc::Receiver<String>,
-    /// The lines read so far, shown when the test fails.
-    stdout: Vec<String>,
-    /// Collects the child's stderr, shown when the test fails.
-    stderr: Option<thread::JoinHandle<String>>,
-}
-
-impl Child {
-    /// Re-executes this test binary, running only `test`, as a crash child in `mode` on `db`.
-    fn spawn(test: &str, mode: Mode, db: &Path) -> Child {
-        let exe = std::env::current_exe().expect("current test binary");
-        let mut process = Command::new(exe)
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, mode.as_str())
-            .env(DB_ENV, db)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn crash child");
-        let stdout = process.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::channel();
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut stderr = process.stderr.take().expect("piped stderr");
-        let stderr = thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            text
-        });
-        Child {
-            process,
-            lines,
-            stdout: Vec::new(),
-            stderr: Some(stderr),
-        }
-    }
-
-    /// Reads the child's stdout until a line containing `marker`.
-    ///
-    /// # Panics
-    /// When the child exits first or [`CHILD_WAIT`] passes (the child is killed first).
-    fn wait_for(&mut self, marker: &str) {
-        let deadline = std::time::Instant::now() + CHILD_WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    let found = line.contains(marker);
-                    self.stdout.push(line);
-                    if found {
-                        return;
-                    }
-                }
-                Err(e) => self.fail(&format!("no {marker} from the child ({e})")),
-            }
-        }
-    }
-
-    /// Kills the child, reaps it and shows what it printed.
-    fn fail(&mut self, why: &str) -> ! {
-        let _ = self.process.kill();
-        let status = self.process.wait();
-        panic!(
-            "{why}; child status {status:?}\n--- child stdout ---\n{}",
-            self.stdout.join("\n")
-        );
-    }
-
-    /// Kills the child with SIGKILL mid-work and reaps it.
-    fn kill(mut self) {
-        self.process.kill().expect("SIGKILL the child");
-        let status = self.process.wait().expect("reap the child");
-        assert_eq!(status.signal(), Some(9), "the child died of SIGKILL");
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        if let Ok(None) = self.process.try_wait() {
-            let _ = self.process.kill();
-            let _ = self.process.wait();
-        }
-        if thread::panicking() {
-            if let Some(Ok(stderr)) = self.stderr.take().map(thread::JoinHandle::join) {
-                eprintln!("--- crash child stderr ---\n{stderr}");
-            }
-        }
-    }
-}
-
 /// Runs one child in `mode` for `test` on `db` until it prints `marker`, then SIGKILLs it.
 fn crash_child(test: &str, mode: Mode, db: &Path, marker: &str) {
-    let mut child = Child::spawn(test, mode, db);
+    let mut child = ChildProcess::spawn(
+        test,
+        &[
+            (CHILD_ENV, mode.as_str().to_owned()),
+            (DB_ENV, db.display().to_string()),
+        ],
+    );
     child.wait_for(marker);
     child.kill();
 }

@@ -16,14 +16,15 @@ use std::time::Duration;
 use durable_sessions::kind;
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{
-    CreateSession, Delivery, Error, MessageId, PromptInput, RunError, Runner, Runtime, SessionId,
-    Turn, TurnCause,
+    CreateSession, Delivery, Error, EventRecord, MessageId, PromptInput, RunError, Runner, Runtime,
+    RuntimeBuilder, SessionId, Turn, TurnCause,
 };
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
+use tokio::sync::Notify;
 
-use common::sid;
+use common::{sid, test_builder, wait_for_event, wait_until_committed, Harness, WAIT};
 
 /// Selects the child's role; set only in child processes.
 const ROLE_ENV: &str = "DS_CONTRACT_ROLE";
@@ -44,6 +45,8 @@ struct Seen {
 #[derive(Clone, Default)]
 struct Agent {
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// Woken each time a drain is recorded in `seen`.
+    recorded: Arc<Notify>,
     block: Arc<Mutex<Vec<(String, Gate)>>>,
     print: bool,
 }
@@ -51,6 +54,25 @@ struct Agent {
 impl Agent {
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until the drains recorded so far satisfy `done`: checked now and again each time a
+    /// drain is recorded, never on a timer.
+    ///
+    /// # Panics
+    /// After [`WAIT`], naming `what`.
+    async fn wait_seen(&self, what: &str, done: impl Fn(&[Seen]) -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            // Registered before the check, so a drain recorded after it still wakes us.
+            let recorded = self.recorded.notified();
+            if done(&self.seen()) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, recorded).await.is_err() {
+                panic!("timed out waiting for {what}: {:?}", self.seen());
+            }
+        }
     }
 
     /// The next drain of `session` that promotes `prompt` waits for `gate`.
@@ -80,6 +102,7 @@ impl Runner for Agent {
                 cause: turn.cause().clone(),
                 promoted: ids.clone(),
             });
+            this.recorded.notify_waiters();
             if this.print {
                 println!("DRAIN {} {ids:?}", turn.session_id());
             }
@@ -126,13 +149,16 @@ fn prompt(session: &SessionId, id: &str) -> PromptInput {
         .with_id(MessageId::new(id).expect("valid message id"))
 }
 
-async fn start(db: &Path, runner: impl Runner) -> Runtime {
-    Runtime::builder()
-        .database(db)
-        .runner(runner)
-        .arbiters(2)
-        .max_resume_attempts(3)
-        .shutdown_grace(Duration::from_secs(2))
+/// The runtime of these tests: the tests' defaults with a resume budget of 3 and the restart
+/// sweep at start.
+fn contract(builder: RuntimeBuilder) -> RuntimeBuilder {
+    builder.max_resume_attempts(3).sweep_on_start(true)
+}
+
+/// A runtime of these tests on `db`: the crash tests and their child processes share a file.
+#[cfg_attr(not(feature = "crash-points"), allow(dead_code))]
+async fn start<R: Runner + Clone>(db: &Path, runner: &R) -> Runtime {
+    contract(test_builder(db, runner))
         .start()
         .await
         .expect("runtime starts")
@@ -183,18 +209,6 @@ fn without_reply_ids(
         .collect()
 }
 
-/// Polls `done` every 5 ms; panics after 20 s naming `what`.
-async fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        actix_rt::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 fn user(id: &str, interrupted: bool) -> (String, String, Option<String>, bool) {
     ("user".into(), id.into(), None, interrupted)
 }
@@ -216,20 +230,19 @@ fn run_child_if_requested() {
         };
         let gate = Gate::new();
         agent.block_on("p1", &gate);
-        let runtime = start(&db, agent).await;
+        let runtime = start(&db, &agent).await;
         let sessions = runtime.sessions();
         let s = sid("s");
         sessions.create(session_info(&s)).await.expect("create");
+        let mut events = runtime.subscribe();
         sessions.prompt(prompt(&s, "p1")).await.expect("prompt");
         println!("ADMITTED p1");
         if role == "interrupt" {
             // Wait until the turn promoted p1 and blocks, then interrupt it.
-            while testing::events_of_kind(&db, &s, kind::PROMPT_PROMOTED)
-                .unwrap()
-                .is_empty()
-            {
-                actix_rt::time::sleep(Duration::from_millis(5)).await;
-            }
+            wait_for_event(&mut events, "p1's promotion", |e| {
+                e.session_id == s && e.kind == kind::PROMPT_PROMOTED
+            })
+            .await;
             let hit = sessions.interrupt(&s).await;
             println!("INTERRUPTED {hit:?}");
         }
@@ -278,7 +291,7 @@ fn an_acknowledged_prompt_runs_after_a_crash_without_a_retry() {
 
     actix_rt::System::new().block_on(async {
         let agent = Agent::default();
-        let runtime = start(&db, agent.clone()).await;
+        let runtime = start(&db, &agent).await;
         runtime.execution().await_idle(&s).await.unwrap();
         let seen = agent.seen();
         assert_eq!(seen.len(), 1, "{seen:?}");
@@ -312,7 +325,7 @@ fn an_acknowledged_prompt_runs_after_a_crash_without_a_retry() {
     // Served: a further boot has nothing to adopt.
     actix_rt::System::new().block_on(async {
         let agent = Agent::default();
-        let runtime = start(&db, agent.clone()).await;
+        let runtime = start(&db, &agent).await;
         runtime.shutdown().await;
         assert!(agent.seen().is_empty());
     });
@@ -343,7 +356,7 @@ fn a_durable_interrupt_request_sticks_across_a_crash_before_the_terminal() {
     for boot in 0..2 {
         actix_rt::System::new().block_on(async {
             let agent = Agent::default();
-            let runtime = start(&db, agent.clone()).await;
+            let runtime = start(&db, &agent).await;
             runtime.execution().await_idle(&s).await.unwrap();
             runtime.shutdown().await;
             assert!(
@@ -366,48 +379,51 @@ fn a_durable_interrupt_request_sticks_across_a_crash_before_the_terminal() {
 /// of the queue (a graceful shutdown while the second one's turn runs).
 #[actix_rt::test]
 async fn queued_prompts_each_run_in_their_own_turn_in_order() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("queue.db");
     let s = sid("q");
     let (first, second) = (Gate::new(), Gate::new());
     let agent = Agent::default();
     agent.block_on("p0", &first);
     agent.block_on("q2", &second);
-    let runtime = start(&db, agent.clone()).await;
+    let mut runtime = Harness::with(contract).start(&agent).await;
     let sessions = runtime.sessions();
     sessions.create(session_info(&s)).await.unwrap();
     sessions.prompt(prompt(&s, "p0")).await.unwrap();
-    wait_until("p0's turn", || {
-        agent.seen().iter().any(|d| d.promoted == ["p0"])
-    })
-    .await;
+    agent
+        .wait_seen("p0's turn", |seen| {
+            seen.iter().any(|d| d.promoted == ["p0"])
+        })
+        .await;
     for id in ["q1", "q2", "q3"] {
         let input = prompt(&s, id).with_delivery(Delivery::Queue);
         sessions.prompt(input).await.unwrap();
     }
     first.release();
     // The turn serving q2 blocks; restart in the middle of the queue.
-    wait_until("q2's turn", || {
-        agent.seen().iter().any(|d| d.promoted == ["q2"])
-    })
-    .await;
-    runtime.shutdown().await;
+    agent
+        .wait_seen("q2's turn", |seen| {
+            seen.iter().any(|d| d.promoted == ["q2"])
+        })
+        .await;
+    runtime.stop().await;
     assert!(
-        testing::is_claimed(&db, &s).unwrap(),
+        testing::is_claimed(runtime.path(), &s).unwrap(),
         "shutdown keeps q2's turn"
     );
 
     let agent2 = Agent::default();
-    let runtime = start(&db, agent2.clone()).await;
-    wait_until("q3's reply", || {
-        testing::events_of_kind(&db, &s, kind::MESSAGE_APPENDED)
+    runtime.restart(&agent2, contract).await;
+    // The sweep in `restart` may already have served q3: the wait checks the store first.
+    let mut events = runtime.subscribe();
+    let appended = |e: &EventRecord| e.session_id == s && e.kind == kind::MESSAGE_APPENDED;
+    wait_until_committed(&mut events, "q3's reply", appended, || {
+        testing::events_of_kind(runtime.path(), &s, kind::MESSAGE_APPENDED)
             .unwrap()
             .iter()
             .any(|e| e.data["data"]["reply_to"] == "q3")
     })
     .await;
     runtime.execution().await_idle(&s).await.unwrap();
-    runtime.shutdown().await;
+    runtime.stop().await;
 
     let resumed = agent2.seen();
     let TurnCause::Recovery(resumption) = &resumed[0].cause else {
@@ -423,7 +439,7 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
     // Each queued prompt was promoted in a claim of its own (between two releases), in order.
     let mut turns: Vec<Vec<String>> = Vec::new();
     let mut claimed = false;
-    for e in testing::events(&db, &s).unwrap() {
+    for e in testing::events(runtime.path(), &s).unwrap() {
         match e.kind.as_str() {
             k if k == kind::EXECUTION_STARTED && !claimed => {
                 claimed = true;
@@ -443,7 +459,7 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
         "one queued prompt per turn, in admission order"
     );
     assert_eq!(
-        without_reply_ids(transcript(&db, &s)),
+        without_reply_ids(transcript(runtime.path(), &s)),
         [
             user("p0", false),
             reply("p0"),
@@ -463,12 +479,10 @@ async fn queued_prompts_each_run_in_their_own_turn_in_order() {
 async fn an_interrupt_racing_shutdown_is_never_resumed() {
     let mut outcomes = (0, 0);
     for round in 0..20u64 {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("race.db");
         let s = sid("s");
         let runner = ScriptedRunner::new();
         runner.push(&s, Script::Never);
-        let runtime = start(&db, runner.clone()).await;
+        let mut runtime = Harness::with(contract).start(&runner).await;
         let sessions = runtime.sessions();
         sessions.create(session_info(&s)).await.unwrap();
         sessions.prompt(prompt(&s, "p")).await.unwrap();
@@ -478,19 +492,20 @@ async fn an_interrupt_racing_shutdown_is_never_resumed() {
         let delay = Duration::from_micros(round * 150);
         let (interrupted, ()) = futures::join!(sessions.interrupt(&s), async {
             actix_rt::time::sleep(delay).await;
-            runtime.shutdown().await;
+            runtime.stop().await;
         });
-        let requests = testing::events_of_kind(&db, &s, kind::INTERRUPT_REQUESTED).unwrap();
+        let requests =
+            testing::events_of_kind(runtime.path(), &s, kind::INTERRUPT_REQUESTED).unwrap();
         let after = ScriptedRunner::new();
-        let runtime = start(&db, after.clone()).await;
+        runtime.restart(&after, contract).await;
         runtime.execution().await_idle(&s).await.unwrap();
-        runtime.shutdown().await;
+        runtime.stop().await;
         match interrupted {
             Ok(_) => {
                 outcomes.0 += 1;
                 assert_eq!(requests.len(), 1, "round {round}");
                 assert!(after.drains_of(&s).is_empty(), "round {round}: resumed");
-                let terminal = testing::events(&db, &s).unwrap().pop().unwrap();
+                let terminal = testing::events(runtime.path(), &s).unwrap().pop().unwrap();
                 assert_eq!(
                     (terminal.kind.as_str(), &terminal.data),
                     (kind::EXECUTION_INTERRUPTED, &json!({ "reason": "user" })),
@@ -503,7 +518,10 @@ async fn an_interrupt_racing_shutdown_is_never_resumed() {
                 assert!(requests.is_empty(), "round {round}: stored though refused");
             }
         }
-        assert!(!testing::is_claimed(&db, &s).unwrap(), "round {round}");
+        assert!(
+            !testing::is_claimed(runtime.path(), &s).unwrap(),
+            "round {round}"
+        );
     }
     assert!(
         outcomes.0 > 0,

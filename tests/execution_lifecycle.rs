@@ -9,19 +9,18 @@ use durable_sessions::{kind, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
 use durable_sessions::{InterruptReason, Terminal};
 use serde_json::json;
 
-use common::{create, wait_for, TestDb, WAIT};
+use common::{create, wait_for, Harness, WAIT};
 
 /// `list_suspended` sees only the claimed parent; releasing child claims clears only the child.
 #[actix_rt::test]
 async fn the_sweep_only_lists_claimed_top_level_sessions() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let parent = create(&runtime, "parent", None).await;
     let idle = create(&runtime, "idle", None).await;
     let child = create(&runtime, "child", Some(&parent)).await;
-    testing::seed_claim(&db.path, &parent, 0).unwrap();
-    testing::seed_claim(&db.path, &child, 0).unwrap();
+    testing::seed_claim(runtime.path(), &parent, 0).unwrap();
+    testing::seed_claim(runtime.path(), &child, 0).unwrap();
     runner.push(&parent, Script::Never);
 
     let report = runtime.resume_suspended_sessions().await.unwrap();
@@ -31,17 +30,17 @@ async fn the_sweep_only_lists_claimed_top_level_sessions() {
 
     assert_eq!(runner.drains()[0].session_id, parent);
     assert_eq!(runner.drains().len(), 1);
-    let claims = [&parent, &child, &idle].map(|id| testing::is_claimed(&db.path, id).unwrap());
+    let claims =
+        [&parent, &child, &idle].map(|id| testing::is_claimed(runtime.path(), id).unwrap());
     assert_eq!(claims, [true, false, false]);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// A claim commits before the drain, is released by completion, and survives shutdown.
 #[actix_rt::test]
 async fn claims_at_execution_start_releases_on_completion_and_preserves_through_teardown() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let a = create(&runtime, "a", None).await;
     let b = create(&runtime, "b", None).await;
     runner.push(&a, Script::Never);
@@ -58,16 +57,16 @@ async fn claims_at_execution_start_releases_on_completion_and_preserves_through_
         async move { execution.resume(&b).await }
     });
     runner.wait_for_drains(2, WAIT).await;
-    assert!(testing::is_claimed(&db.path, &a).unwrap());
-    assert!(testing::is_claimed(&db.path, &b).unwrap());
+    assert!(testing::is_claimed(runtime.path(), &a).unwrap());
+    assert!(testing::is_claimed(runtime.path(), &b).unwrap());
 
     gate.release();
     assert_eq!(resume_b.await.unwrap().unwrap(), Terminal::Succeeded);
     execution.await_idle(&b).await.unwrap();
-    assert!(!testing::is_claimed(&db.path, &b).unwrap());
+    assert!(!testing::is_claimed(runtime.path(), &b).unwrap());
 
-    runtime.shutdown().await;
-    assert!(testing::is_claimed(&db.path, &a).unwrap());
+    runtime.stop().await;
+    assert!(testing::is_claimed(runtime.path(), &a).unwrap());
     assert_eq!(
         resume_a.await.unwrap().unwrap(),
         Terminal::Interrupted {
@@ -79,40 +78,39 @@ async fn claims_at_execution_start_releases_on_completion_and_preserves_through_
 /// A user interrupt commits `interrupted{user}` with the release, so the turn never resurrects.
 #[actix_rt::test]
 async fn a_user_interrupt_releases_the_claim_so_the_turn_never_resurrects() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let s = create(&runtime, "s", None).await;
     runner.push(&s, Script::Never);
     let execution = runtime.execution();
     execution.wake(&s, None).await.unwrap();
     runner.wait_for_drains(1, WAIT).await;
-    assert!(testing::is_claimed(&db.path, &s).unwrap());
+    assert!(testing::is_claimed(runtime.path(), &s).unwrap());
 
     assert!(execution.interrupt(&s, None).await.unwrap());
     execution.await_idle(&s).await.unwrap();
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
-    let interrupted = testing::events_of_kind(&db.path, &s, kind::EXECUTION_INTERRUPTED).unwrap();
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
+    let interrupted =
+        testing::events_of_kind(runtime.path(), &s, kind::EXECUTION_INTERRUPTED).unwrap();
     assert_eq!(interrupted.len(), 1);
     assert_eq!(interrupted[0].data, json!({"reason": "user"}));
 
     // A later sweep does not resume it.
     let report = runtime.resume_suspended_sessions().await.unwrap();
     assert!(report.resumed.is_empty());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// The sweep starts all claimed turns without waiting for earlier drains: once four drains
 /// started, all five sessions are active.
 #[actix_rt::test]
 async fn starts_every_claimed_execution_without_waiting_for_earlier_drains_to_finish() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let mut ids = Vec::new();
     for i in 0..5 {
         let id = create(&runtime, &format!("s{i}"), None).await;
-        testing::seed_claim(&db.path, &id, 0).unwrap();
+        testing::seed_claim(runtime.path(), &id, 0).unwrap();
         runner.set_default(&id, Script::Never);
         ids.push(id);
     }
@@ -124,20 +122,19 @@ async fn starts_every_claimed_execution_without_waiting_for_earlier_drains_to_fi
     let active: Vec<_> = runtime.execution().active().into_iter().collect();
     assert_eq!(active, ids);
     assert_eq!(sweep.await.unwrap().unwrap().resumed.len(), 5);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Each claimed session is resumed once, with the exact continue notice; a second sweep finds
 /// nothing.
 #[actix_rt::test]
 async fn resumes_each_claimed_session_at_most_once() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let first = create(&runtime, "first", None).await;
     let second = create(&runtime, "second", None).await;
-    testing::seed_claim(&db.path, &first, 0).unwrap();
-    testing::seed_claim(&db.path, &second, 0).unwrap();
+    testing::seed_claim(runtime.path(), &first, 0).unwrap();
+    testing::seed_claim(runtime.path(), &second, 0).unwrap();
 
     runtime.resume_suspended_sessions().await.unwrap();
     runner.wait_for_drains(2, WAIT).await;
@@ -149,85 +146,79 @@ async fn resumes_each_claimed_session_at_most_once() {
     drained.sort();
     assert_eq!(drained, vec![first.clone(), second.clone()]);
     for id in [&first, &second] {
-        let notices = testing::events_of_kind(&db.path, id, kind::SYNTHETIC).unwrap();
+        let notices = testing::events_of_kind(runtime.path(), id, kind::SYNTHETIC).unwrap();
         assert_eq!(notices.len(), 1);
         assert_eq!(
             notices[0].data,
             json!({"sessionID": id, "text": RESTART_NOTICE_TEXT, "description": RESTART_NOTICE_DESCRIPTION})
         );
-        assert!(!testing::is_claimed(&db.path, id).unwrap());
+        assert!(!testing::is_claimed(runtime.path(), id).unwrap());
     }
-    assert_eq!(testing::resume_attempts(&db.path, &first).unwrap(), 0);
+    assert_eq!(testing::resume_attempts(runtime.path(), &first).unwrap(), 0);
 
     let again = runtime.resume_suspended_sessions().await.unwrap();
     assert!(again.resumed.is_empty());
     assert_eq!(runner.drains().len(), 2);
     for id in [&first, &second] {
         assert_eq!(
-            testing::events_of_kind(&db.path, id, kind::SYNTHETIC)
+            testing::events_of_kind(runtime.path(), id, kind::SYNTHETIC)
                 .unwrap()
                 .len(),
             1
         );
     }
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `resume_attempts = 2` with a budget of 2 becomes 3 > 2: terminalized as `aborted`, no drain.
 #[actix_rt::test]
 async fn terminalizes_a_turn_that_exhausts_its_resume_budget_instead_of_crash_looping() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db
-        .builder(&runner)
-        .max_resume_attempts(2)
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| b.max_resume_attempts(2))
+        .start(&runner)
+        .await;
     let s = create(&runtime, "s", None).await;
-    testing::seed_claim(&db.path, &s, 2).unwrap();
+    testing::seed_claim(runtime.path(), &s, 2).unwrap();
 
     let report = runtime.resume_suspended_sessions().await.unwrap();
     assert_eq!(report.terminalized, vec![s.clone()]);
     assert!(runner.drains().is_empty());
-    let failed = testing::events_of_kind(&db.path, &s, kind::EXECUTION_FAILED).unwrap();
+    let failed = testing::events_of_kind(runtime.path(), &s, kind::EXECUTION_FAILED).unwrap();
     let types: Vec<_> = failed
         .iter()
         .map(|e| e.data["error"]["type"].clone())
         .collect();
     assert_eq!(types, vec![json!("aborted")]);
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
-    assert_eq!(testing::resume_attempts(&db.path, &s).unwrap(), 0);
-    runtime.shutdown().await;
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
+    assert_eq!(testing::resume_attempts(runtime.path(), &s).unwrap(), 0);
+    runtime.stop().await;
 }
 
 /// The sweep counts the attempt durably before draining and never clears the claim it recovers;
 /// shutdown keeps both.
 #[actix_rt::test]
 async fn counts_every_resume_durably_and_never_consumes_the_claim_it_recovers() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let s = create(&runtime, "s", None).await;
-    testing::seed_claim(&db.path, &s, 0).unwrap();
+    testing::seed_claim(runtime.path(), &s, 0).unwrap();
     runner.push(&s, Script::Never);
 
     runtime.resume_suspended_sessions().await.unwrap();
     runner.wait_for_drains(1, WAIT).await;
-    assert_eq!(testing::resume_attempts(&db.path, &s).unwrap(), 1);
-    assert!(testing::is_claimed(&db.path, &s).unwrap());
+    assert_eq!(testing::resume_attempts(runtime.path(), &s).unwrap(), 1);
+    assert!(testing::is_claimed(runtime.path(), &s).unwrap());
 
-    runtime.shutdown().await;
-    assert!(testing::is_claimed(&db.path, &s).unwrap());
-    assert_eq!(testing::resume_attempts(&db.path, &s).unwrap(), 1);
+    runtime.stop().await;
+    assert!(testing::is_claimed(runtime.path(), &s).unwrap());
+    assert_eq!(testing::resume_attempts(runtime.path(), &s).unwrap(), 1);
 }
 
 /// A session already draining in this process gets no count, no notice and keeps its claim.
 #[actix_rt::test]
 async fn the_sweep_leaves_sessions_already_draining_in_this_process_untouched() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let s = create(&runtime, "s", None).await;
     runner.push(&s, Script::Never);
     let execution = runtime.execution();
@@ -239,14 +230,14 @@ async fn the_sweep_leaves_sessions_already_draining_in_this_process_untouched() 
 
     let report = runtime.resume_suspended_sessions().await.unwrap();
     assert!(report.resumed.is_empty());
-    assert!(testing::events_of_kind(&db.path, &s, kind::SYNTHETIC)
+    assert!(testing::events_of_kind(runtime.path(), &s, kind::SYNTHETIC)
         .unwrap()
         .is_empty());
-    assert_eq!(testing::resume_attempts(&db.path, &s).unwrap(), 0);
-    assert!(testing::is_claimed(&db.path, &s).unwrap());
+    assert_eq!(testing::resume_attempts(runtime.path(), &s).unwrap(), 0);
+    assert!(testing::is_claimed(runtime.path(), &s).unwrap());
     wait_for("the turn to stay active", || {
         execution.active().contains(&s)
     })
     .await;
-    runtime.shutdown().await;
+    runtime.stop().await;
 }

@@ -4,7 +4,8 @@
 //! mid-reply (and stopped with SIGINT) and restarted on the same database.
 #![cfg(feature = "http")]
 
-use std::future::Future;
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -17,12 +18,14 @@ use actix_web::web::Bytes;
 use actix_web::{web, App, HttpServer};
 use durable_sessions::http::{self, HttpOptions};
 use durable_sessions::{kind, RESTART_NOTICE_TEXT};
-use durable_sessions::{RunError, Runner, Runtime, Turn};
+use durable_sessions::{EventRecord, RunError, Runner, Runtime, Turn};
 use futures::future::LocalBoxFuture;
 use futures::stream::LocalBoxStream;
 use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use tempfile::TempDir;
+
+use common::next_commit;
 
 /// How long any single wait may take before the test fails (generous for a loaded machine).
 const WAIT: Duration = Duration::from_secs(30);
@@ -223,19 +226,6 @@ fn assert_contiguous(ids: &[u64], first: u64) {
     );
 }
 
-/// Polls `check` until it holds; panics after [`WAIT`].
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// A runtime and an HTTP server on `127.0.0.1:0` in this test's actix System.
 struct Harness {
     api: Api,
@@ -290,21 +280,38 @@ impl Harness {
         assert_eq!(status, StatusCode::CREATED, "{body}");
     }
 
-    /// Waits until the session's transcript has `n` messages and returns them (oldest first).
+    /// Waits until the session's transcript has at least `n` messages and returns them (oldest
+    /// first): read again each time the session commits an event.
     async fn transcript(&self, id: &str, n: usize) -> Vec<Value> {
-        transcript(&self.api, id, n).await
+        let mut events = self.runtime.subscribe();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let page = messages(&self.api, id).await;
+            if page.len() >= n {
+                return page;
+            }
+            let theirs = |e: &EventRecord| e.session_id.as_str() == id;
+            assert!(
+                next_commit(&mut events, deadline, theirs).await,
+                "timed out waiting for {n} messages in {id}: {page:?}"
+            );
+        }
     }
 }
 
-/// Waits until the session's transcript has at least `n` messages and returns them (oldest
-/// first).
+/// The session's transcript, oldest first.
+async fn messages(api: &Api, id: &str) -> Vec<Value> {
+    let (status, body) = api.get(&format!("/sessions/{id}/messages?order=asc")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body.as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until the transcript of a session of another process has at least `n` messages and
+/// returns them (oldest first), reading it every 20 ms.
 async fn transcript(api: &Api, id: &str, n: usize) -> Vec<Value> {
-    let path = format!("/sessions/{id}/messages?order=asc");
     let deadline = Instant::now() + WAIT;
     loop {
-        let (status, body) = api.get(&path).await;
-        assert_eq!(status, StatusCode::OK, "{body}");
-        let page = body.as_array().cloned().unwrap_or_default();
+        let page = messages(api, id).await;
         if page.len() >= n {
             return page;
         }
@@ -649,14 +656,20 @@ async fn interrupt_resume_and_stats_report_turns_and_claims() {
     );
 
     // An explicit resume while a turn hangs is interrupted by a concurrent interrupt.
+    let mut events = h.runtime.subscribe();
     let resume = actix_rt::spawn({
         let api = Api::new(h.api.base.clone());
         async move { api.post("/sessions/slow/resume", json!(null)).await }
     });
-    eventually("the resumed turn", || async {
-        api.get("/stats").await.1["active_turns"] == json!(1)
-    })
-    .await;
+    // The turn is active before it commits its claim (`session.execution.started`).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while api.get("/stats").await.1["active_turns"] != json!(1) {
+        let slow = |e: &EventRecord| e.session_id.as_str() == "slow";
+        assert!(
+            next_commit(&mut events, deadline, slow).await,
+            "timed out waiting for the resumed turn"
+        );
+    }
     let (_, body) = api.post("/sessions/slow/interrupt", json!(null)).await;
     assert_eq!(body, json!({ "interrupted": true }));
     let (status, terminal) = resume.await.expect("resume task");

@@ -26,6 +26,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use durable_sessions::kind;
@@ -37,7 +38,7 @@ use futures::future::join_all;
 use serde_json::json;
 
 use common::{
-    create, prompt_body, run_seed, wait_for, EchoOptions, EchoRunner, StoreView, TestDb, XorShift,
+    create, prompt_body, run_seed, wait_for, EchoOptions, EchoRunner, Harness, StoreView, XorShift,
     WAIT,
 };
 
@@ -45,17 +46,14 @@ use common::{
 // Supervision.
 
 /// Asserts that the session's only failure is one `failed{panic}` and its claim is released.
-fn assert_failed_once_with_panic(db: &TestDb, id: &SessionId) {
-    let failed = testing::events_of_kind(&db.path, id, kind::EXECUTION_FAILED).unwrap();
+fn assert_failed_once_with_panic(db: &Path, id: &SessionId) {
+    let failed = testing::events_of_kind(db, id, kind::EXECUTION_FAILED).unwrap();
     let types: Vec<_> = failed
         .iter()
         .map(|e| e.data["error"]["type"].clone())
         .collect();
     assert_eq!(types, vec![json!("panic")], "{id}");
-    assert!(
-        !testing::is_claimed(&db.path, id).unwrap(),
-        "{id} still claimed"
-    );
+    assert!(!testing::is_claimed(db, id).unwrap(), "{id} still claimed");
 }
 
 fn panicky(message: &'static str) -> serde_json::Value {
@@ -69,9 +67,8 @@ fn panicky(message: &'static str) -> serde_json::Value {
 /// actor is replaced, the other turns complete, and every session runs again.
 #[actix_rt::test]
 async fn panics_while_publishing_fail_only_their_own_turns_and_the_actors_are_replaced() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let gate = Gate::new();
     let mut steady = Vec::new();
     for i in 0..4 {
@@ -122,24 +119,24 @@ async fn panics_while_publishing_fail_only_their_own_turns_and_the_actors_are_re
             Terminal::Failed { error } => assert_eq!(error.kind, "panic", "{id}: {error:?}"),
             other => panic!("{id}: {other:?}"),
         }
-        assert_failed_once_with_panic(&db, id);
+        assert_failed_once_with_panic(runtime.path(), id);
     }
     assert_eq!(
-        testing::events_of_kind(&db.path, &after_publish, "app.step")
+        testing::events_of_kind(runtime.path(), &after_publish, "app.step")
             .unwrap()
             .len(),
         1,
         "the event committed before the panic is kept"
     );
     assert_eq!(
-        testing::events_of_kind(&db.path, &building, "app.step")
+        testing::events_of_kind(runtime.path(), &building, "app.step")
             .unwrap()
             .len(),
         1,
         "the event whose data panicked was never published"
     );
     assert_eq!(
-        testing::events_of_kind(&db.path, &in_flight, "app.step")
+        testing::events_of_kind(runtime.path(), &in_flight, "app.step")
             .unwrap()
             .len(),
         1,
@@ -166,12 +163,12 @@ async fn panics_while_publishing_fail_only_their_own_turns_and_the_actors_are_re
         );
     }
     for id in [&after_publish, &building, &in_flight] {
-        assert_failed_once_with_panic(&db, id);
+        assert_failed_once_with_panic(runtime.path(), id);
     }
-    let view = StoreView::read(&db.path);
+    let view = StoreView::read(runtime.path());
     view.assert_invariants(10, "after the panics");
     assert!(view.claimed().is_empty());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// A session actor taken down from outside — its arbiter thread stopped under it (by its own
@@ -181,9 +178,8 @@ async fn panics_while_publishing_fail_only_their_own_turns_and_the_actors_are_re
 /// the dead arbiter are retried on a live one), and the session's next turn runs and releases.
 #[actix_rt::test]
 async fn a_session_actor_whose_arbiter_is_stopped_leaves_its_claim_and_the_runtime_serving() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let victim = create(&runtime, "victim", None).await;
     runner.push(
         &victim,
@@ -196,7 +192,7 @@ async fn a_session_actor_whose_arbiter_is_stopped_leaves_its_claim_and_the_runti
     let answer = runtime.execution().resume(&victim).await;
     assert!(matches!(answer, Err(Error::ShuttingDown)), "{answer:?}");
     assert!(
-        testing::is_claimed(&db.path, &victim).unwrap(),
+        testing::is_claimed(runtime.path(), &victim).unwrap(),
         "the claim was dropped"
     );
     wait_for("the dead actor to leave active()", || {
@@ -214,10 +210,10 @@ async fn a_session_actor_whose_arbiter_is_stopped_leaves_its_claim_and_the_runti
         runtime.execution().resume(&victim).await.unwrap(),
         Terminal::Succeeded
     );
-    let view = StoreView::read(&db.path);
+    let view = StoreView::read(runtime.path());
     view.assert_invariants(10, "after the arbiter stopped");
     assert!(view.claimed().is_empty());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -370,20 +366,17 @@ async fn run_load() {
     let load = Load::from_env();
     let seed = run_seed();
     eprintln!("load: {load:?}, seed {seed} (replay with DS_SEED={seed})");
-    let db = TestDb::new();
     let runner = EchoRunner::new(EchoOptions {
         jitter_us: 500,
         seed,
         ..EchoOptions::default()
     });
-    let runtime = Runtime::builder()
-        .database(&db.path)
-        .runner(runner.clone())
-        .arbiters(2)
-        .shutdown_grace(Duration::from_secs(5))
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| {
+        b.sweep_on_start(true)
+            .shutdown_grace(Duration::from_secs(5))
+    })
+    .start(&runner)
+    .await;
     let start = Instant::now();
     let sampler = {
         let window = load.window;
@@ -420,7 +413,7 @@ async fn run_load() {
     let samples = sampler.await.unwrap();
 
     // Everything admitted is promoted once, or pending behind a later interrupt.
-    let view = StoreView::read(&db.path);
+    let view = StoreView::read(runtime.path());
     view.assert_invariants(10, "after the load");
     assert!(
         view.claimed().is_empty(),
@@ -461,7 +454,7 @@ async fn run_load() {
     for id in &ids {
         runtime.execution().await_idle(id).await.unwrap();
     }
-    let last = StoreView::read(&db.path);
+    let last = StoreView::read(runtime.path());
     last.assert_invariants(10, "after the last prompts");
     assert!(last.claimed().is_empty());
     assert!(last.pending().is_empty(), "pending: {:?}", last.pending());
@@ -532,5 +525,5 @@ async fn run_load() {
         end * 100 < mid * 120,
         "RSS grew {mid} -> {end} KiB over the second half: {trace:?}"
     );
-    runtime.shutdown().await;
+    runtime.stop().await;
 }

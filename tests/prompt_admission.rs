@@ -8,6 +8,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,10 +21,10 @@ use durable_sessions::{
 use futures::future::join_all;
 use serde_json::{json, Value};
 
-use common::{count, create, mid, text, TestDb, WAIT};
+use common::{count, create, mid, text, Harness, WAIT};
 
 /// Inbox rows of `session`.
-fn inputs_of(db: &TestDb, session: &SessionId) -> i64 {
+fn inputs_of(db: &Path, session: &SessionId) -> i64 {
     count(
         db,
         &format!("SELECT COUNT(*) FROM session_input WHERE session_id = '{session}'"),
@@ -31,18 +32,15 @@ fn inputs_of(db: &TestDb, session: &SessionId) -> i64 {
 }
 
 /// Stored `session.prompt.admitted` events of `session`.
-fn admitted_events(db: &TestDb, session: &SessionId) -> usize {
-    testing::events_of_kind(&db.path, session, kind::PROMPT_ADMITTED)
+fn admitted_events(db: &Path, session: &SessionId) -> usize {
+    testing::events_of_kind(db, session, kind::PROMPT_ADMITTED)
         .expect("events")
         .len()
 }
 
 /// The inbox row `id` as stored: (session, admitted_seq, prompt, delivery, time, promoted_seq).
-fn input_row(
-    db: &TestDb,
-    id: &MessageId,
-) -> Option<(String, i64, Value, String, i64, Option<i64>)> {
-    let conn = rusqlite::Connection::open(&db.path).expect("open db");
+fn input_row(db: &Path, id: &MessageId) -> Option<(String, i64, Value, String, i64, Option<i64>)> {
+    let conn = rusqlite::Connection::open(db).expect("open db");
     let mut stmt = conn
         .prepare(
             "SELECT session_id, admitted_seq, prompt, delivery, time_created, promoted_seq \
@@ -87,9 +85,8 @@ async fn settle() {
 /// `active` on the session service is the execution registry's set.
 #[actix_rt::test]
 async fn exposes_the_execution_registry() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     assert!(sessions.active().is_empty());
@@ -110,16 +107,15 @@ async fn exposes_the_execution_registry() {
     sessions.await_idle(&s).await.unwrap();
     assert!(sessions.active().is_empty());
     assert_eq!(sessions.active(), runtime.execution().active());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `resume` runs a forced turn through the execution (a resume, not a wake) and returns its
 /// outcome; an unknown session is `NotFound`.
 #[actix_rt::test]
 async fn delegates_execution_continuation_through_session_execution() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -138,16 +134,15 @@ async fn delegates_execution_continuation_through_session_execution() {
         Err(Error::NotFound { session_id }) if session_id == ghost
     ));
     assert_eq!(runner.drains().len(), 1);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `interrupt` records `session.interrupt.requested`, interrupts the running turn as a user
 /// interrupt (released claim) and adds no message.
 #[actix_rt::test]
 async fn delegates_process_local_interruption_through_session_execution() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     runner.push(&s, Script::Never);
@@ -164,52 +159,57 @@ async fn delegates_process_local_interruption_through_session_execution() {
             reason: durable_sessions::InterruptReason::User
         }
     );
-    let requested = testing::events_of_kind(&db.path, &s, kind::INTERRUPT_REQUESTED).unwrap();
+    let requested = testing::events_of_kind(runtime.path(), &s, kind::INTERRUPT_REQUESTED).unwrap();
     assert_eq!(requested.len(), 1);
     assert_eq!(requested[0].data, json!({ "sessionID": "s" }));
-    let interrupted = testing::events_of_kind(&db.path, &s, kind::EXECUTION_INTERRUPTED).unwrap();
+    let interrupted =
+        testing::events_of_kind(runtime.path(), &s, kind::EXECUTION_INTERRUPTED).unwrap();
     assert_eq!(interrupted.len(), 1);
     assert_eq!(interrupted[0].data, json!({ "reason": "user" }));
     assert!(requested[0].seq < interrupted[0].seq);
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
     assert!(sessions
         .messages(MessagesQuery::new(s.clone()))
         .await
         .unwrap()
         .is_empty());
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM session_message"), 0);
-    runtime.shutdown().await;
+    assert_eq!(
+        count(runtime.path(), "SELECT COUNT(*) FROM session_message"),
+        0
+    );
+    runtime.stop().await;
 }
 
 /// Interrupting an id with no stored session delegates a seq-less interrupt: no error, nothing
 /// recorded, no session created.
 #[actix_rt::test]
 async fn delegates_interruption_without_requiring_a_recorded_session() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let ghost = SessionId::new("ghost").unwrap();
-    let events_before = count(&db, "SELECT COUNT(*) FROM event");
+    let events_before = count(runtime.path(), "SELECT COUNT(*) FROM event");
 
     assert!(!sessions.interrupt(&ghost).await.unwrap());
-    assert!(testing::events(&db.path, &ghost).unwrap().is_empty());
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM event"), events_before);
+    assert!(testing::events(runtime.path(), &ghost).unwrap().is_empty());
+    assert_eq!(
+        count(runtime.path(), "SELECT COUNT(*) FROM event"),
+        events_before
+    );
     assert!(matches!(
         sessions.get(&ghost).await,
         Err(Error::NotFound { .. })
     ));
     assert!(runner.drains().is_empty());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Admission stores the prompt in the inbox (`steer`, pending) and leaves the transcript empty
 /// until a turn promotes it.
 #[actix_rt::test]
 async fn durably_admits_one_user_message_before_transcript_promotion() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -224,7 +224,8 @@ async fn durably_admits_one_user_message_before_transcript_promotion() {
         .await
         .unwrap()
         .is_empty());
-    let (session, admitted, prompt, delivery, _, promoted) = input_row(&db, &mid("m1")).unwrap();
+    let (session, admitted, prompt, delivery, _, promoted) =
+        input_row(runtime.path(), &mid("m1")).unwrap();
     assert_eq!(
         (
             session.as_str(),
@@ -261,7 +262,7 @@ async fn durably_admits_one_user_message_before_transcript_promotion() {
         ("m1", "user")
     );
     assert_eq!(messages[0].data, json!({ "prompt": text("hello") }));
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `events(after)` yields the durable log strictly after `after`, in order: the two admissions,
@@ -271,9 +272,8 @@ async fn durably_admits_one_user_message_before_transcript_promotion() {
 /// admission.
 #[actix_rt::test]
 async fn streams_durable_session_events_after_an_aggregate_sequence() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let first = sessions
@@ -328,16 +328,15 @@ async fn streams_durable_session_events_after_an_aggregate_sequence() {
     let event = after_first.next().await.unwrap().unwrap();
     assert_eq!(event.seq, first.admitted_seq + 1);
     assert_eq!(event.data["messageID"], json!("m2"));
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `resume` drains the recorded prompt's session once (forced) without appending another
 /// prompt, promoting anything, or waking.
 #[actix_rt::test]
 async fn resumes_through_a_recorded_message_without_appending_another_prompt() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     sessions
@@ -353,26 +352,25 @@ async fn resumes_through_a_recorded_message_without_appending_another_prompt() {
         "{drains:?}"
     );
     assert_eq!(
-        input_row(&db, &mid("m1")).unwrap().5,
+        input_row(runtime.path(), &mid("m1")).unwrap().5,
         None,
         "no promoted seq"
     );
-    assert_eq!(inputs_of(&db, &s), 1);
-    assert_eq!(admitted_events(&db, &s), 1);
+    assert_eq!(inputs_of(runtime.path(), &s), 1);
+    assert_eq!(admitted_events(runtime.path(), &s), 1);
     assert!(sessions
         .messages(MessagesQuery::new(s.clone()))
         .await
         .unwrap()
         .is_empty());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Without an id every prompt gets a fresh one: two identical prompts are two inputs.
 #[actix_rt::test]
 async fn records_distinct_messages_when_the_id_is_omitted() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -386,17 +384,16 @@ async fn records_distinct_messages_when_the_id_is_omitted() {
         .unwrap();
     assert_ne!(a.id, b.id);
     assert_ne!(a.admitted_seq, b.admitted_seq);
-    assert_eq!(inputs_of(&db, &s), 2);
-    assert_eq!(admitted_events(&db, &s), 2);
-    runtime.shutdown().await;
+    assert_eq!(inputs_of(runtime.path(), &s), 2);
+    assert_eq!(admitted_events(runtime.path(), &s), 2);
+    runtime.stop().await;
 }
 
 /// An exact retry of an id returns the stored admission and writes nothing more.
 #[actix_rt::test]
 async fn returns_the_original_recorded_message_when_the_id_is_retried() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -409,18 +406,17 @@ async fn returns_the_original_recorded_message_when_the_id_is_retried() {
         .await
         .unwrap();
     assert_eq!(first, again);
-    assert_eq!(inputs_of(&db, &s), 1);
-    assert_eq!(admitted_events(&db, &s), 1);
-    runtime.shutdown().await;
+    assert_eq!(inputs_of(runtime.path(), &s), 1);
+    assert_eq!(admitted_events(runtime.path(), &s), 1);
+    runtime.stop().await;
 }
 
 /// A prompt committed with `resume: false` is recovered by an exact retry with `resume: true`:
 /// the retry writes nothing and wakes the session once, with the original admission seq.
 #[actix_rt::test]
 async fn wakes_execution_when_an_exact_prompt_retry_recovers_a_committed_message() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -438,24 +434,23 @@ async fn wakes_execution_when_an_exact_prompt_retry_recovers_a_committed_message
     runner.wait_for_drains_of(&s, 1, WAIT).await;
     sessions.await_idle(&s).await.unwrap();
     assert_eq!(runner.drains(), vec![wake_drain(&s, first.admitted_seq)]);
-    assert_eq!(inputs_of(&db, &s), 1);
-    assert_eq!(admitted_events(&db, &s), 1);
-    runtime.shutdown().await;
+    assert_eq!(inputs_of(runtime.path(), &s), 1);
+    assert_eq!(admitted_events(runtime.path(), &s), 1);
+    runtime.stop().await;
 }
 
 /// Reusing an id with another prompt is `PromptConflict`, and nothing is written.
 #[actix_rt::test]
 async fn rejects_reuse_of_one_id_with_a_different_prompt() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     sessions
         .prompt(quiet(&s, Some("m1"), text("hello")))
         .await
         .unwrap();
-    let events = testing::events(&db.path, &s).unwrap().len();
+    let events = testing::events(runtime.path(), &s).unwrap().len();
 
     let result = sessions.prompt(quiet(&s, Some("m1"), text("other"))).await;
     assert!(
@@ -468,25 +463,27 @@ async fn rejects_reuse_of_one_id_with_a_different_prompt() {
         .await
         .unwrap()
         .is_empty());
-    assert_eq!(inputs_of(&db, &s), 1);
-    assert_eq!(input_row(&db, &mid("m1")).unwrap().2, text("hello"));
-    assert_eq!(testing::events(&db.path, &s).unwrap().len(), events);
-    runtime.shutdown().await;
+    assert_eq!(inputs_of(runtime.path(), &s), 1);
+    assert_eq!(
+        input_row(runtime.path(), &mid("m1")).unwrap().2,
+        text("hello")
+    );
+    assert_eq!(testing::events(runtime.path(), &s).unwrap().len(), events);
+    runtime.stop().await;
 }
 
 /// Reusing an id with another delivery mode is `PromptConflict`, and nothing is written.
 #[actix_rt::test]
 async fn rejects_reuse_of_one_id_with_a_different_delivery_mode() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     sessions
         .prompt(quiet(&s, Some("m1"), text("hello")))
         .await
         .unwrap();
-    let events = testing::events(&db.path, &s).unwrap().len();
+    let events = testing::events(runtime.path(), &s).unwrap().len();
 
     let queued = quiet(&s, Some("m1"), text("hello")).with_delivery(Delivery::Queue);
     let result = sessions.prompt(queued).await;
@@ -500,19 +497,18 @@ async fn rejects_reuse_of_one_id_with_a_different_delivery_mode() {
         .await
         .unwrap()
         .is_empty());
-    assert_eq!(inputs_of(&db, &s), 1);
-    assert_eq!(input_row(&db, &mid("m1")).unwrap().3, "steer");
-    assert_eq!(testing::events(&db.path, &s).unwrap().len(), events);
-    runtime.shutdown().await;
+    assert_eq!(inputs_of(runtime.path(), &s), 1);
+    assert_eq!(input_row(runtime.path(), &mid("m1")).unwrap().3, "steer");
+    assert_eq!(testing::events(runtime.path(), &s).unwrap().len(), events);
+    runtime.stop().await;
 }
 
 /// Twenty concurrent exact retries of one id get one answer, one input row and exactly one
 /// `session.prompt.admitted` event.
 #[actix_rt::test]
 async fn returns_one_recorded_message_to_concurrent_exact_retries() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -527,9 +523,9 @@ async fn returns_one_recorded_message_to_concurrent_exact_retries() {
         .map(|r| r.unwrap())
         .collect();
     assert!(results.iter().all(|r| r == &results[0]), "{results:?}");
-    assert_eq!(inputs_of(&db, &s), 1);
-    assert_eq!(admitted_events(&db, &s), 1);
-    runtime.shutdown().await;
+    assert_eq!(inputs_of(runtime.path(), &s), 1);
+    assert_eq!(admitted_events(runtime.path(), &s), 1);
+    runtime.stop().await;
 }
 
 /// Concurrent promotion attempts inside one turn promote the input exactly once: one promoted
@@ -537,9 +533,8 @@ async fn returns_one_recorded_message_to_concurrent_exact_retries() {
 /// (The promotion follows `session.created`, the admission and `session.execution.started`.)
 #[actix_rt::test]
 async fn promotes_one_message_once_under_concurrent_promotion_attempts() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let admission = sessions
@@ -574,7 +569,7 @@ async fn promotes_one_message_once_under_concurrent_promotion_attempts() {
 
     let promoted = promoted.lock().unwrap().clone();
     assert_eq!(promoted.len(), 1, "{promoted:?}");
-    let events = testing::events_of_kind(&db.path, &s, kind::PROMPT_PROMOTED).unwrap();
+    let events = testing::events_of_kind(runtime.path(), &s, kind::PROMPT_PROMOTED).unwrap();
     assert_eq!(events.len(), 1);
     assert_eq!(
         events[0].data,
@@ -583,7 +578,7 @@ async fn promotes_one_message_once_under_concurrent_promotion_attempts() {
     assert_eq!(promoted[0].promoted_seq, Some(events[0].seq));
     assert_eq!(events[0].seq, admission.admitted_seq + 2);
     assert_eq!(
-        input_row(&db, &mid("m1")).unwrap().5,
+        input_row(runtime.path(), &mid("m1")).unwrap().5,
         Some(events[0].seq as i64)
     );
     let transcript = sessions
@@ -603,28 +598,27 @@ async fn promotes_one_message_once_under_concurrent_promotion_attempts() {
             json!({ "prompt": text("hello") })
         )]
     );
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Deleting the inbox and replaying the log rebuilds the pending input row as it was, without
 /// waking the session or publishing anything.
 #[actix_rt::test]
 async fn reprojects_pending_inbox_input_without_scheduling_execution() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     sessions
         .prompt(quiet(&s, Some("m1"), text("hello")))
         .await
         .unwrap();
-    let before = input_row(&db, &mid("m1")).unwrap();
-    let events = count(&db, "SELECT COUNT(*) FROM event");
+    let before = input_row(runtime.path(), &mid("m1")).unwrap();
+    let events = count(runtime.path(), "SELECT COUNT(*) FROM event");
 
-    let conn = rusqlite::Connection::open(&db.path).unwrap();
+    let conn = rusqlite::Connection::open(runtime.path()).unwrap();
     conn.execute("DELETE FROM session_input", []).unwrap();
-    assert_eq!(inputs_of(&db, &s), 0);
+    assert_eq!(inputs_of(runtime.path(), &s), 0);
 
     let rebuilt = sessions.reproject(&s).await.unwrap();
     assert_eq!(
@@ -635,8 +629,8 @@ async fn reprojects_pending_inbox_input_without_scheduling_execution() {
             messages: 0
         }
     );
-    assert_eq!(input_row(&db, &mid("m1")), Some(before));
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM event"), events);
+    assert_eq!(input_row(runtime.path(), &mid("m1")), Some(before));
+    assert_eq!(count(runtime.path(), "SELECT COUNT(*) FROM event"), events);
     assert!(sessions.active().is_empty());
     settle().await;
     assert!(runner.drains().is_empty());
@@ -644,16 +638,15 @@ async fn reprojects_pending_inbox_input_without_scheduling_execution() {
         sessions.reproject(&SessionId::new("ghost").unwrap()).await,
         Err(Error::NotFound { .. })
     ));
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Message ids are global: an id admitted in one session conflicts in another, naming the
 /// session that holds it (`other`), and nothing is written.
 #[actix_rt::test]
 async fn rejects_reuse_of_one_globally_unique_message_id_across_sessions() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let other = create(&runtime, "other", None).await;
@@ -661,7 +654,7 @@ async fn rejects_reuse_of_one_globally_unique_message_id_across_sessions() {
         .prompt(quiet(&other, Some("m1"), text("hello")))
         .await
         .unwrap();
-    let events = testing::events(&db.path, &s).unwrap().len();
+    let events = testing::events(runtime.path(), &s).unwrap().len();
 
     let result = sessions.prompt(quiet(&s, Some("m1"), text("hello"))).await;
     assert!(
@@ -669,19 +662,18 @@ async fn rejects_reuse_of_one_globally_unique_message_id_across_sessions() {
             if session_id == &other && message_id.as_str() == "m1"),
         "{result:?}"
     );
-    assert_eq!(inputs_of(&db, &s), 0);
-    assert_eq!(inputs_of(&db, &other), 1);
-    assert_eq!(testing::events(&db.path, &s).unwrap().len(), events);
-    runtime.shutdown().await;
+    assert_eq!(inputs_of(runtime.path(), &s), 0);
+    assert_eq!(inputs_of(runtime.path(), &other), 1);
+    assert_eq!(testing::events(runtime.path(), &s).unwrap().len(), events);
+    runtime.stop().await;
 }
 
 /// An id already in the visible transcript (here an assistant message a turn appended) cannot
 /// be a prompt id: `PromptConflict`, no input row, no event.
 #[actix_rt::test]
 async fn rejects_a_prompt_id_already_used_by_visible_session_history() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let appended = Arc::new(Mutex::new(None));
@@ -701,7 +693,7 @@ async fn rejects_a_prompt_id_already_used_by_visible_session_history() {
     sessions.resume(&s).await.unwrap();
     let id = appended.lock().unwrap().clone().unwrap();
     assert!(sessions.message(&s, &id).await.unwrap().is_some());
-    let events = testing::events(&db.path, &s).unwrap().len();
+    let events = testing::events(runtime.path(), &s).unwrap().len();
 
     let input = PromptInput::new(s.clone(), text("hello")).with_id(id.clone());
     let result = sessions.prompt(input).await;
@@ -710,20 +702,19 @@ async fn rejects_a_prompt_id_already_used_by_visible_session_history() {
             if session_id == &s && message_id == &id),
         "{result:?}"
     );
-    assert_eq!(input_row(&db, &id), None);
-    assert_eq!(inputs_of(&db, &s), 0);
-    assert_eq!(testing::events(&db.path, &s).unwrap().len(), events);
+    assert_eq!(input_row(runtime.path(), &id), None);
+    assert_eq!(inputs_of(runtime.path(), &s), 0);
+    assert_eq!(testing::events(runtime.path(), &s).unwrap().len(), events);
     assert_eq!(runner.drains().len(), 1);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// By default the prompt is recorded and the session woken (not resumed) with its admission
 /// seq.
 #[actix_rt::test]
 async fn starts_execution_by_default_after_recording_the_prompt() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -731,22 +722,21 @@ async fn starts_execution_by_default_after_recording_the_prompt() {
         .prompt(PromptInput::new(s.clone(), text("go")))
         .await
         .unwrap();
-    assert!(input_row(&db, &admission.id).is_some());
+    assert!(input_row(runtime.path(), &admission.id).is_some());
     runner.wait_for_drains_of(&s, 1, WAIT).await;
     sessions.await_idle(&s).await.unwrap();
     assert_eq!(
         runner.drains(),
         vec![wake_drain(&s, admission.admitted_seq)]
     );
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `resume: true` wakes the session with the admission seq, as the default does.
 #[actix_rt::test]
 async fn starts_execution_when_resume_is_explicitly_true() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -758,15 +748,14 @@ async fn starts_execution_when_resume_is_explicitly_true() {
         runner.drains(),
         vec![wake_drain(&s, admission.admitted_seq)]
     );
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `resume: false` only records the prompt: no wake, no resume, no turn.
 #[actix_rt::test]
 async fn only_records_the_prompt_when_resume_is_false() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -774,14 +763,14 @@ async fn only_records_the_prompt_when_resume_is_false() {
         .prompt(quiet(&s, None, text("later")))
         .await
         .unwrap();
-    assert!(input_row(&db, &admission.id).is_some());
+    assert!(input_row(runtime.path(), &admission.id).is_some());
     assert!(sessions.active().is_empty());
     settle().await;
     assert!(runner.drains().is_empty());
     assert!(
-        testing::events_of_kind(&db.path, &s, kind::EXECUTION_STARTED)
+        testing::events_of_kind(runtime.path(), &s, kind::EXECUTION_STARTED)
             .unwrap()
             .is_empty()
     );
-    runtime.shutdown().await;
+    runtime.stop().await;
 }

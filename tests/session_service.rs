@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,17 +13,17 @@ use durable_sessions::kind;
 use durable_sessions::testing::{self, DrainRecord, Gate, Script, ScriptedRunner};
 use durable_sessions::{
     Admission, Anchor, CreateSession, Creation, Cursor, Delivery, Direction, Error, ListQuery,
-    MessageId, MessagesQuery, Order, ParentFilter, PromptInput, Runtime, RuntimeConfig, SessionId,
+    MessageId, MessagesQuery, Order, ParentFilter, PromptInput, RuntimeConfig, SessionId,
     SessionInfo, Sessions, Terminal,
 };
-use futures::future::join_all;
+use futures::future::{join_all, Either};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::{count, create, mid, sid, text, TestDb, WAIT};
+use common::{count, create, mid, sid, text, Harness, WAIT};
 
 /// Row counts of the four tables a rejected call must leave alone.
-fn row_counts(db: &TestDb) -> [i64; 4] {
+fn row_counts(db: &Path) -> [i64; 4] {
     ["session", "session_input", "session_message", "event"]
         .map(|table| count(db, &format!("SELECT COUNT(*) FROM {table}")))
 }
@@ -69,9 +70,8 @@ async fn next_seq(stream: &mut durable_sessions::SessionEvents) -> u64 {
 /// and parent validation behave as documented.
 #[actix_rt::test]
 async fn create_is_idempotent_by_id() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
 
     let first = sessions
@@ -99,7 +99,7 @@ async fn create_is_idempotent_by_id() {
     assert_eq!(again, first);
     assert_eq!(sessions.get(&sid("a")).await.unwrap(), first);
     assert_eq!(first.title, "first");
-    let created = testing::events(&db.path, &sid("a")).unwrap();
+    let created = testing::events(runtime.path(), &sid("a")).unwrap();
     assert_eq!(created.len(), 1);
     assert_eq!(
         (created[0].seq, created[0].kind.as_str()),
@@ -145,17 +145,16 @@ async fn create_is_idempotent_by_id() {
         .await
         .unwrap();
     assert_eq!(child.parent_id, Some(sid("a")));
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM session"), 3);
-    runtime.shutdown().await;
+    assert_eq!(count(runtime.path(), "SELECT COUNT(*) FROM session"), 3);
+    runtime.stop().await;
 }
 
 /// Twenty concurrent creates of one id: one row, equal answers, exactly one `session.created`
 /// event, and live subscribers see that one event.
 #[actix_rt::test]
 async fn concurrent_creates_of_one_id_make_one_row_and_the_same_answer() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let mut bus = runtime.subscribe();
 
@@ -185,8 +184,8 @@ async fn concurrent_creates_of_one_id_make_one_row_and_the_same_answer() {
     let answers: Vec<SessionInfo> = answers.into_iter().map(Creation::into_info).collect();
     assert!(answers.iter().all(|a| a == &answers[0]), "{answers:?}");
     assert_eq!(sessions.get(&sid("race")).await.unwrap(), answers[0]);
-    assert_eq!(count(&db, "SELECT COUNT(*) FROM session"), 1);
-    let created = testing::events_of_kind(&db.path, &sid("race"), kind::CREATED).unwrap();
+    assert_eq!(count(runtime.path(), "SELECT COUNT(*) FROM session"), 1);
+    let created = testing::events_of_kind(runtime.path(), &sid("race"), kind::CREATED).unwrap();
     assert_eq!(created.len(), 1);
     assert_eq!(created[0].data["info"]["title"], json!(answers[0].title));
 
@@ -200,7 +199,7 @@ async fn concurrent_creates_of_one_id_make_one_row_and_the_same_answer() {
     );
     let nothing_more = tokio::time::timeout(Duration::from_millis(50), bus.recv()).await;
     assert!(nothing_more.is_err(), "{nothing_more:?}");
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `list` filters by directory, parent and title search, orders on `(time_created, id)` both
@@ -208,9 +207,8 @@ async fn concurrent_creates_of_one_id_make_one_row_and_the_same_answer() {
 /// order and every session exactly once.
 #[actix_rt::test]
 async fn lists_with_filters_order_and_anchors_in_both_directions() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let spec = [
         ("a", None, "/one", "plain title"),
@@ -405,7 +403,7 @@ async fn lists_with_filters_order_and_anchors_in_both_directions() {
         }
         assert_eq!(backward, expected[..expected.len() - 1]);
     }
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `messages` pages the transcript by seq with cursors in both directions and both orders; an
@@ -413,9 +411,8 @@ async fn lists_with_filters_order_and_anchors_in_both_directions() {
 /// session's message; an unknown session is `NotFound`.
 #[actix_rt::test]
 async fn pages_messages_by_seq_with_cursors_in_both_directions() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let other = create(&runtime, "other", None).await;
@@ -518,16 +515,15 @@ async fn pages_messages_by_seq_with_cursors_in_both_directions() {
         sessions.messages(MessagesQuery::new(ghost.clone())).await,
         Err(Error::NotFound { session_id }) if session_id == ghost
     ));
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `context` is the transcript in seq order; a stored message that no longer decodes is
 /// `MessageDecode` naming it, from `context`, `messages` and `message` alike.
 #[actix_rt::test]
 async fn context_returns_the_transcript_and_names_an_undecodable_message() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     sessions
@@ -577,7 +573,7 @@ async fn context_returns_the_transcript_and_names_an_undecodable_message() {
         Err(Error::NotFound { .. })
     ));
 
-    let conn = rusqlite::Connection::open(&db.path).unwrap();
+    let conn = rusqlite::Connection::open(runtime.path()).unwrap();
     conn.execute(
         "UPDATE session_message SET data = '{not json' WHERE id = ?1",
         [answer.as_str()],
@@ -606,7 +602,7 @@ async fn context_returns_the_transcript_and_names_an_undecodable_message() {
         expected
     );
     assert!(sessions.message(&s, &mid("p1")).await.unwrap().is_some());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Steer promotes every pending steer input admitted at or before the cutoff, in admission
@@ -614,9 +610,8 @@ async fn context_returns_the_transcript_and_names_an_undecodable_message() {
 /// turn. Each promotion commits its event, `promoted_seq` and transcript row together.
 #[actix_rt::test]
 async fn promotion_follows_delivery_modes_and_cutoffs() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let mut admitted: Vec<Admission> = Vec::new();
@@ -682,7 +677,7 @@ async fn promotion_follows_delivery_modes_and_cutoffs() {
         .unwrap();
     let order: Vec<String> = transcript.iter().map(|m| m.id.to_string()).collect();
     assert_eq!(order, ["s1", "s2", "q1", "s3", "q2"]);
-    let promoted = testing::events_of_kind(&db.path, &s, kind::PROMPT_PROMOTED).unwrap();
+    let promoted = testing::events_of_kind(runtime.path(), &s, kind::PROMPT_PROMOTED).unwrap();
     for (message, event) in transcript.iter().zip(&promoted) {
         assert_eq!(message.seq, event.seq);
         assert_eq!(event.data["messageID"], json!(message.id));
@@ -690,21 +685,20 @@ async fn promotion_follows_delivery_modes_and_cutoffs() {
     }
     assert_eq!(
         count(
-            &db,
+            runtime.path(),
             "SELECT COUNT(*) FROM session_input WHERE promoted_seq IS NULL"
         ),
         0
     );
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// A runner appends assistant messages and publishes its own events; both are on the durable
 /// log in order and reach a live event stream. Runtime event names are refused.
 #[actix_rt::test]
 async fn a_runner_appends_messages_and_publishes_its_own_events() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let mut stream = sessions.events(&s, Some(0)).await.unwrap();
@@ -747,7 +741,7 @@ async fn a_runner_appends_messages_and_publishes_its_own_events() {
         ]
     );
     assert_eq!(sessions.context(&s).await.unwrap().len(), 1);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// A subscriber that starts while two tasks publish to the session (prompts, and a turn
@@ -757,9 +751,8 @@ async fn a_runner_appends_messages_and_publishes_its_own_events() {
 async fn events_replay_then_follow_live_under_concurrent_publishing() {
     const PROMPTS: usize = 150;
     const CUSTOM: usize = 150;
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     for i in 0..5 {
@@ -804,34 +797,41 @@ async fn events_replay_then_follow_live_under_concurrent_publishing() {
     let after = 3;
     let mut stream = sessions.events(&s, Some(after)).await.unwrap();
     let mut seen = Vec::new();
-    let deadline = std::time::Instant::now() + WAIT;
-    let last = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "stalled after {seen:?}"
-        );
-        if prompts.is_finished() && turn.is_finished() {
-            let last = testing::events(&db.path, &s).unwrap().last().map(|e| e.seq);
-            if seen.last().copied() == last {
-                break last.unwrap();
-            }
-        }
-        let polled = Duration::from_millis(20);
-        if let Ok(item) = tokio::time::timeout(polled, stream.next()).await {
-            seen.push(
-                item.expect("the stream goes on")
-                    .expect("the read succeeds")
-                    .seq,
-            );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let seq = |item: Option<Result<Arc<durable_sessions::EventRecord>, Error>>| {
+        item.expect("the stream goes on")
+            .expect("the read succeeds")
+            .seq
+    };
+    // Read while the publishers are under way, until both are done...
+    let mut publishers = Box::pin(async { (prompts.await, turn.await) });
+    let (prompted, terminal) = loop {
+        let next = Box::pin(tokio::time::timeout_at(deadline, stream.next()));
+        match futures::future::select(next, publishers.as_mut()).await {
+            Either::Left((Ok(item), _)) => seen.push(seq(item)),
+            Either::Left((Err(_), _)) => panic!("stalled after {seen:?}"),
+            Either::Right((done, _)) => break done,
         }
     };
-    prompts.await.unwrap();
-    assert_eq!(turn.await.unwrap().unwrap(), Terminal::Succeeded);
+    // ...then on up to the last event they stored.
+    let last = testing::events(runtime.path(), &s)
+        .unwrap()
+        .last()
+        .map(|e| e.seq)
+        .expect("the session has events");
+    while seen.last() != Some(&last) {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(item) => seen.push(seq(item)),
+            Err(_) => panic!("stalled after {seen:?}"),
+        }
+    }
+    prompted.unwrap();
+    assert_eq!(terminal.unwrap().unwrap(), Terminal::Succeeded);
     // created + 5 early prompts + started + CUSTOM + PROMPTS + succeeded.
     assert_eq!(last as usize, 1 + 5 + 1 + CUSTOM + PROMPTS + 1 - 1);
     let expected: Vec<u64> = (after + 1..=last).collect();
     assert_eq!(seen, expected);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// With a tiny bus, a subscriber that does not read while 300 events commit lags behind the
@@ -839,21 +839,18 @@ async fn events_replay_then_follow_live_under_concurrent_publishing() {
 /// event exactly once, in order, and then follows live.
 #[actix_rt::test]
 async fn a_lagging_subscriber_sees_every_event_once_through_the_self_heal() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = Runtime::builder()
-        .config(RuntimeConfig {
-            database: db.path.clone(),
+    let runtime = Harness::with(|b| {
+        b.config(RuntimeConfig {
             arbiters: 2,
             sweep_on_start: false,
             shutdown_grace: Duration::from_secs(2),
             bus_capacity: 4,
             ..RuntimeConfig::default()
         })
-        .runner(runner.clone())
-        .start()
-        .await
-        .unwrap();
+    })
+    .start(&runner)
+    .await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let mut stream = sessions.events(&s, None).await.unwrap();
@@ -879,16 +876,15 @@ async fn a_lagging_subscriber_sees_every_event_once_through_the_self_heal() {
         .await
         .unwrap();
     assert_eq!(live.unwrap().unwrap().seq, 301);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// An interrupt fences by seq: a wake for a prompt admitted before it never drains (also after
 /// a restart, the fence is durable), while a prompt admitted after it drains with its own seq.
 #[actix_rt::test]
 async fn interrupt_fences_prompts_admitted_before_it_but_not_after() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let mut runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
 
@@ -897,7 +893,7 @@ async fn interrupt_fences_prompts_admitted_before_it_but_not_after() {
         !sessions.interrupt(&s).await.unwrap(),
         "nothing was running"
     );
-    let fence = testing::events_of_kind(&db.path, &s, kind::INTERRUPT_REQUESTED).unwrap();
+    let fence = testing::events_of_kind(runtime.path(), &s, kind::INTERRUPT_REQUESTED).unwrap();
     assert_eq!(fence.len(), 1);
     assert!(fence[0].seq > before.admitted_seq);
 
@@ -923,11 +919,11 @@ async fn interrupt_fences_prompts_admitted_before_it_but_not_after() {
         wake_seq: Some(seq),
     };
     assert_eq!(runner.drains(), vec![wake(after.admitted_seq)]);
-    runtime.shutdown().await;
+    runtime.stop().await;
 
     // A new process loads the fence from the store.
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    runtime.restart(&runner, |b| b).await;
     runtime
         .execution()
         .wake(&s, Some(before.admitted_seq))
@@ -942,16 +938,15 @@ async fn interrupt_fences_prompts_admitted_before_it_but_not_after() {
     runner.wait_for_drains_of(&s, 1, WAIT).await;
     runtime.execution().await_idle(&s).await.unwrap();
     assert_eq!(runner.drains(), vec![wake(after.admitted_seq)]);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// `switch_model`, `resume` and `await_idle` check the session first; `switch_model` publishes
 /// `session.model.switched` with a fresh message id; `await_idle` waits for the running turn.
 #[actix_rt::test]
 async fn execution_controls_require_the_session() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     let ghost = sid("ghost");
@@ -967,7 +962,7 @@ async fn execution_controls_require_the_session() {
         .unwrap()
         .starts_with("msg_"));
     assert_eq!(
-        testing::events_of_kind(&db.path, &s, kind::MODEL_SWITCHED).unwrap(),
+        testing::events_of_kind(runtime.path(), &s, kind::MODEL_SWITCHED).unwrap(),
         vec![switched]
     );
     assert!(not_found(
@@ -982,7 +977,7 @@ async fn execution_controls_require_the_session() {
             .await
             .map(drop)
     ));
-    assert!(testing::events(&db.path, &ghost).unwrap().is_empty());
+    assert!(testing::events(runtime.path(), &ghost).unwrap().is_empty());
 
     let gate = Gate::new();
     runner.push(&s, Script::Gate(gate.clone()));
@@ -1001,28 +996,24 @@ async fn execution_controls_require_the_session() {
     idle.await.unwrap().unwrap();
     assert!(sessions.active().is_empty());
     sessions.await_idle(&s).await.unwrap();
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Every invalid input is `InvalidInput` and writes nothing: bad ids, prompts of the wrong
 /// shape, too large or too deep, out-of-range limits, bad search/directory/agent/model/title.
 #[actix_rt::test]
 async fn rejects_invalid_input_and_writes_nothing() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db
-        .builder(&runner)
-        .max_prompt_bytes(256)
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| b.max_prompt_bytes(256))
+        .start(&runner)
+        .await;
     let sessions: Sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     sessions
         .prompt(quiet(&s, text("ok")).with_id(mid("ok")))
         .await
         .unwrap();
-    let before = row_counts(&db);
+    let before = row_counts(runtime.path());
 
     // Ids.
     for bad in [
@@ -1152,20 +1143,19 @@ async fn rejects_invalid_input_and_writes_nothing() {
         sessions.switch_model(&sid("ghost"), json!(null)).await
     ));
 
-    assert_eq!(row_counts(&db), before);
+    assert_eq!(row_counts(runtime.path()), before);
     // The prompt that fits the limit exactly is accepted.
     sessions.prompt(quiet(&s, fits)).await.unwrap();
-    assert_eq!(row_counts(&db)[1], before[1] + 1);
-    runtime.shutdown().await;
+    assert_eq!(row_counts(runtime.path())[1], before[1] + 1);
+    runtime.stop().await;
 }
 
 /// After the runtime shuts down, an event stream yields what was committed (including the
 /// shutdown interruption of a running turn) and then ends.
 #[actix_rt::test]
 async fn an_event_stream_ends_after_shutdown() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
     let s = create(&runtime, "s", None).await;
     runner.push(&s, Script::Never);
@@ -1175,7 +1165,7 @@ async fn an_event_stream_ends_after_shutdown() {
         .await
         .unwrap();
     runner.wait_for_drains_of(&s, 1, WAIT).await;
-    runtime.shutdown().await;
+    runtime.stop().await;
 
     let mut kinds = Vec::new();
     while let Some(item) = tokio::time::timeout(WAIT, stream.next()).await.unwrap() {

@@ -24,26 +24,19 @@ use std::time::Duration;
 
 use durable_sessions::{
     Admission, CreateSession, Error, ListQuery, MessageId, MessagesQuery, PromptInput, Runtime,
-    RuntimeBuilder, SessionId, Sessions, StoreError, Terminal,
+    SessionId, Sessions, StoreError, Terminal,
 };
 use futures::future::join_all;
 use rusqlite::ErrorCode;
 use serde_json::{json, Value};
 
-use common::{prompt_body, say, ChildProcess, EchoOptions, EchoRunner, StoreView, TestDb};
+use common::{
+    prompt_body, say, test_builder, ChildProcess, EchoOptions, EchoRunner, Harness, StoreView,
+    TestDb,
+};
 
 /// Set in the child process that holds the database lock: the database path.
 const LOCKER_ENV: &str = "DS_FAULT_LOCKER";
-
-/// A builder on `path` with the echo runner and no sweep at start.
-fn builder(path: &Path, runner: &EchoRunner) -> RuntimeBuilder {
-    Runtime::builder()
-        .database(path)
-        .runner(runner.clone())
-        .arbiters(2)
-        .sweep_on_start(false)
-        .shutdown_grace(Duration::from_secs(2))
-}
 
 async fn open_session(sessions: &Sessions, id: &str) -> SessionId {
     let id = SessionId::new(id).unwrap();
@@ -158,7 +151,8 @@ fn a_database_locked_by_another_process_gives_busy_errors_and_recovers_when_rele
     let db = TestDb::new();
     actix_rt::System::new().block_on(async {
         let runner = EchoRunner::new(EchoOptions::default());
-        let runtime = builder(&db.path, &runner)
+        let runtime = db
+            .builder(&runner)
             .busy_timeout(Duration::from_millis(150))
             .start()
             .await
@@ -300,7 +294,7 @@ fn a_full_disk_fails_writes_with_sqlite_full_and_recovers_when_space_returns() {
     let path = disk.mount.join("sessions.db");
     actix_rt::System::new().block_on(async {
         let runner = EchoRunner::new(EchoOptions::default());
-        let runtime = builder(&path, &runner)
+        let runtime = test_builder(&path, &runner)
             .max_prompt_bytes(16 << 20)
             .start()
             .await
@@ -455,7 +449,7 @@ impl Drop for ReadOnly {
 /// A database with two answered prompts, its runtime shut down.
 async fn seeded(path: &Path) {
     let runner = EchoRunner::new(EchoOptions::default());
-    let runtime = builder(path, &runner).start().await.unwrap();
+    let runtime = test_builder(path, &runner).start().await.unwrap();
     let sessions = runtime.sessions();
     let a = open_session(&sessions, "a").await;
     prompt(&sessions, &a, "a1").await.unwrap();
@@ -482,10 +476,7 @@ fn a_read_only_database_file_fails_start_and_starts_once_writable() {
         // Without the sweep, `start` itself writes nothing: before the fix it succeeded.
         actix_rt::System::new().block_on(async {
             let runner = EchoRunner::new(EchoOptions::default());
-            let started = builder(&db.path, &runner)
-                .sweep_on_start(sweep)
-                .start()
-                .await;
+            let started = db.builder(&runner).sweep_on_start(sweep).start().await;
             assert_store_error(started, &[ErrorCode::ReadOnly]);
         });
     }
@@ -493,7 +484,7 @@ fn a_read_only_database_file_fails_start_and_starts_once_writable() {
     drop(read_only);
     actix_rt::System::new().block_on(async {
         let runner = EchoRunner::new(EchoOptions::default());
-        let runtime = builder(&db.path, &runner).start().await.unwrap();
+        let runtime = db.builder(&runner).start().await.unwrap();
         let sessions = runtime.sessions();
         let a = SessionId::new("a").unwrap();
         assert_eq!(
@@ -526,7 +517,7 @@ fn a_database_file_made_read_only_under_a_running_runtime_fails_writes_and_recov
     let db = TestDb::new();
     actix_rt::System::new().block_on(async {
         let runner = EchoRunner::new(EchoOptions::default());
-        let runtime = builder(&db.path, &runner).start().await.unwrap();
+        let runtime = db.builder(&runner).start().await.unwrap();
         let sessions = runtime.sessions();
         let a = open_session(&sessions, "a").await;
         let b = open_session(&sessions, "b").await;
@@ -576,7 +567,7 @@ fn a_corrupt_database_file_fails_start_with_a_typed_error_never_a_panic() {
     let db = TestDb::new();
     actix_rt::System::new().block_on(async {
         let runner = EchoRunner::new(EchoOptions::default());
-        let runtime = builder(&db.path, &runner).start().await.unwrap();
+        let runtime = db.builder(&runner).start().await.unwrap();
         let sessions = runtime.sessions();
         for i in 0..12 {
             let id = open_session(&sessions, &format!("s{i}")).await;
@@ -623,7 +614,11 @@ fn a_corrupt_database_file_fails_start_with_a_typed_error_never_a_panic() {
         }
         actix_rt::System::new().block_on(async {
             let runner = EchoRunner::new(EchoOptions::default());
-            match builder(&path, &runner).sweep_on_start(true).start().await {
+            match test_builder(&path, &runner)
+                .sweep_on_start(true)
+                .start()
+                .await
+            {
                 Err(Error::Store(e)) => eprintln!("{name}: start refused: {e}"),
                 Err(other) => panic!("{name}: start failed with a non-store error {other:?}"),
                 Ok(runtime) => {
@@ -664,7 +659,10 @@ fn a_corrupt_database_file_fails_start_with_a_typed_error_never_a_panic() {
         std::fs::rename(&restored, &path).unwrap();
         actix_rt::System::new().block_on(async {
             let runner = EchoRunner::new(EchoOptions::default());
-            let runtime = builder(&path, &runner).sweep_on_start(true).start().await;
+            let runtime = test_builder(&path, &runner)
+                .sweep_on_start(true)
+                .start()
+                .await;
             let runtime = runtime.unwrap_or_else(|e| panic!("{name}: restored file: {e}"));
             let listed = runtime.sessions().list(ListQuery::default()).await.unwrap();
             assert_eq!(listed.len(), 12, "{name}: restored data");
@@ -682,13 +680,10 @@ fn a_corrupt_database_file_fails_start_with_a_typed_error_never_a_panic() {
 /// commit, their turns run, and the conflicting requests left nothing behind.
 #[actix_rt::test]
 async fn a_failing_request_in_a_batch_fails_alone_and_other_sessions_keep_working() {
-    let db = TestDb::new();
     let runner = EchoRunner::new(EchoOptions::default());
-    let runtime = builder(&db.path, &runner)
-        .max_prompt_bytes(4 << 20)
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| b.max_prompt_bytes(4 << 20))
+        .start(&runner)
+        .await;
     let sessions = runtime.sessions();
     let mut ids = Vec::new();
     for i in 0..40 {
@@ -728,9 +723,9 @@ async fn a_failing_request_in_a_batch_fails_alone_and_other_sessions_keep_workin
     }
     let refs: Vec<&SessionId> = ids.iter().collect();
     await_idle(&runtime, &refs).await;
-    let view = StoreView::read(&db.path);
+    let view = StoreView::read(runtime.path());
     assert_settled(&view, "after the batch");
     assert_eq!(view.inputs.len(), 2 + 39 - 4, "inputs");
     assert_eq!(view.inputs["dup"].session, "s0");
-    runtime.shutdown().await;
+    runtime.stop().await;
 }

@@ -8,6 +8,7 @@
 mod common;
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
@@ -18,7 +19,7 @@ use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{InterruptReason, Result, Runtime, SessionId, Terminal};
 use serde_json::json;
 
-use common::{create, wait_for, TestDb, WAIT};
+use common::{create, wait_for, Harness, WAIT};
 
 /// Starts `resume(id)` in the background; the handle yields how the turn ended.
 fn spawn_resume(runtime: &Runtime, id: &SessionId) -> JoinHandle<Result<Terminal>> {
@@ -35,8 +36,8 @@ fn assert_panicked(terminal: &Terminal) {
 }
 
 /// The error types of the session's `session.execution.failed` events, in order.
-fn failure_types(db: &TestDb, id: &SessionId) -> Vec<serde_json::Value> {
-    testing::events_of_kind(&db.path, id, kind::EXECUTION_FAILED)
+fn failure_types(db: &Path, id: &SessionId) -> Vec<serde_json::Value> {
+    testing::events_of_kind(db, id, kind::EXECUTION_FAILED)
         .unwrap()
         .iter()
         .map(|e| e.data["error"]["type"].clone())
@@ -71,9 +72,8 @@ fn complete_on_thread(threads: &Arc<Mutex<HashSet<ThreadId>>>) -> Script {
 /// the session is served again by a fresh actor.
 #[actix_rt::test]
 async fn a_panicking_drain_fails_only_its_own_turn_and_its_actor_is_replaced() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let gate = Gate::new();
     let mut others = Vec::new();
     for i in 0..4 {
@@ -94,13 +94,13 @@ async fn a_panicking_drain_fails_only_its_own_turn_and_its_actor_is_replaced() {
     assert_eq!(error.message, "boom in a drain");
 
     // The failure is durable and released the claim; the other turns are untouched.
-    let failed = testing::events_of_kind(&db.path, &crashy, kind::EXECUTION_FAILED).unwrap();
+    let failed = testing::events_of_kind(runtime.path(), &crashy, kind::EXECUTION_FAILED).unwrap();
     assert_eq!(failed.len(), 1);
     assert_eq!(
         failed[0].data,
         json!({"error": {"type": "panic", "message": "boom in a drain"}})
     );
-    assert!(!testing::is_claimed(&db.path, &crashy).unwrap());
+    assert!(!testing::is_claimed(runtime.path(), &crashy).unwrap());
     wait_for("the panicked actor to be replaced", || {
         runtime.stats().registry.replaced >= 1
     })
@@ -109,7 +109,7 @@ async fn a_panicking_drain_fails_only_its_own_turn_and_its_actor_is_replaced() {
     let active = runtime.execution().active();
     assert_eq!(active, others.iter().cloned().collect());
     for id in &others {
-        assert!(testing::is_claimed(&db.path, id).unwrap());
+        assert!(testing::is_claimed(runtime.path(), id).unwrap());
     }
 
     gate.release();
@@ -117,8 +117,8 @@ async fn a_panicking_drain_fails_only_its_own_turn_and_its_actor_is_replaced() {
         assert_eq!(handle.await.unwrap().unwrap(), Terminal::Succeeded);
     }
     for id in &others {
-        assert!(!testing::is_claimed(&db.path, id).unwrap());
-        assert!(failure_types(&db, id).is_empty());
+        assert!(!testing::is_claimed(runtime.path(), id).unwrap());
+        assert!(failure_types(runtime.path(), id).is_empty());
     }
 
     // The session works again, on a fresh actor.
@@ -128,10 +128,11 @@ async fn a_panicking_drain_fails_only_its_own_turn_and_its_actor_is_replaced() {
     );
     assert_eq!(runtime.stats().registry.started, started + 1);
     assert_eq!(runner.drains_of(&crashy).len(), 2);
-    assert!(!testing::is_claimed(&db.path, &crashy).unwrap());
-    let succeeded = testing::events_of_kind(&db.path, &crashy, kind::EXECUTION_SUCCEEDED).unwrap();
+    assert!(!testing::is_claimed(runtime.path(), &crashy).unwrap());
+    let succeeded =
+        testing::events_of_kind(runtime.path(), &crashy, kind::EXECUTION_SUCCEEDED).unwrap();
     assert_eq!(succeeded.len(), 1);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Panics in six sessions at once, on both arbiters, in drain futures and in `Runner::drain`
@@ -139,9 +140,8 @@ async fn a_panicking_drain_fails_only_its_own_turn_and_its_actor_is_replaced() {
 /// the panicked ones again.
 #[actix_rt::test]
 async fn panics_on_every_arbiter_at_once_leave_the_runtime_serving() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let panicked_on = Arc::new(Mutex::new(HashSet::new()));
     let mut crashy = Vec::new();
     for i in 0..6 {
@@ -157,8 +157,8 @@ async fn panics_on_every_arbiter_at_once_leave_the_runtime_serving() {
     let panicked_on = panicked_on.lock().unwrap().clone();
     assert_eq!(panicked_on.len(), 2, "the panics ran on both arbiters");
     for id in &crashy {
-        assert_eq!(failure_types(&db, id), vec![json!("panic")]);
-        assert!(!testing::is_claimed(&db.path, id).unwrap());
+        assert_eq!(failure_types(runtime.path(), id), vec![json!("panic")]);
+        assert!(!testing::is_claimed(runtime.path(), id).unwrap());
     }
     wait_for("every panicked actor to be replaced", || {
         runtime.stats().registry.replaced >= 6
@@ -181,23 +181,19 @@ async fn panics_on_every_arbiter_at_once_leave_the_runtime_serving() {
     }
     assert_eq!(*served_on.lock().unwrap(), panicked_on);
     for id in &all {
-        assert!(!testing::is_claimed(&db.path, id).unwrap());
+        assert!(!testing::is_claimed(runtime.path(), id).unwrap());
     }
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// An actor idle for `idle_timeout` is stopped, never while its turn runs; the next wake starts
 /// a fresh actor that reloads the session from the store and drains it with a consistent log.
 #[actix_rt::test]
 async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db
-        .builder(&runner)
-        .idle_timeout(Duration::from_millis(50))
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| b.idle_timeout(Duration::from_millis(50)))
+        .start(&runner)
+        .await;
     let s = create(&runtime, "s", None).await;
     let gate = Gate::new();
     runner.push(&s, Script::Gate(gate.clone()));
@@ -230,9 +226,9 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
     let drains = runner.drains_of(&s);
     assert_eq!(drains.len(), 2);
     assert!(drains[0].forced && !drains[1].forced);
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
-    assert_eq!(testing::resume_attempts(&db.path, &s).unwrap(), 0);
-    let events = testing::events(&db.path, &s).unwrap();
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
+    assert_eq!(testing::resume_attempts(runtime.path(), &s).unwrap(), 0);
+    let events = testing::events(runtime.path(), &s).unwrap();
     let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
         kinds,
@@ -253,7 +249,7 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
     })
     .await;
     assert_eq!(runtime.stats().registry.passivated, 2);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// After a wave of passivation (here 100 idle actors stopped at once) the runtime calls the
@@ -261,28 +257,26 @@ async fn an_idle_actor_is_passivated_and_the_next_wake_starts_a_fresh_one() {
 /// passivating later do not call it again.
 #[actix_rt::test]
 async fn a_wave_of_passivation_calls_the_after_passivation_hook() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
     let calls: Arc<Mutex<Vec<(usize, usize)>>> = Arc::default();
     let live_when_called: Arc<Mutex<Option<Runtime>>> = Arc::default();
-    let runtime = db
-        .builder(&runner)
-        .idle_timeout(Duration::from_millis(50))
-        .after_passivation({
-            let calls = calls.clone();
-            let runtime = live_when_called.clone();
-            move |stopped| {
-                let live = runtime
-                    .lock()
-                    .unwrap()
-                    .as_ref()
-                    .map_or(usize::MAX, |r| r.stats().registry.live);
-                calls.lock().unwrap().push((stopped, live));
-            }
-        })
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| {
+        b.idle_timeout(Duration::from_millis(50))
+            .after_passivation({
+                let calls = calls.clone();
+                let runtime = live_when_called.clone();
+                move |stopped| {
+                    let live = runtime
+                        .lock()
+                        .unwrap()
+                        .as_ref()
+                        .map_or(usize::MAX, |r| r.stats().registry.live);
+                    calls.lock().unwrap().push((stopped, live));
+                }
+            })
+    })
+    .start(&runner)
+    .await;
     *live_when_called.lock().unwrap() = Some(runtime.clone());
     let mut ids = Vec::new();
     for i in 0..100 {
@@ -327,25 +321,21 @@ async fn a_wave_of_passivation_calls_the_after_passivation_hook() {
         "hook called again for a handful: {calls_now:?}"
     );
     *live_when_called.lock().unwrap() = None;
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// The interrupt fence survives passivation: a fresh actor reloads it from the stored
 /// `session.interrupt.requested` event, drops a wake at or below it and runs one above it.
 #[actix_rt::test]
 async fn a_fresh_actor_after_passivation_reloads_the_durable_interrupt_fence() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db
-        .builder(&runner)
-        .idle_timeout(Duration::from_millis(50))
-        .start()
-        .await
-        .unwrap();
+    let runtime = Harness::with(|b| b.idle_timeout(Duration::from_millis(50)))
+        .start(&runner)
+        .await;
     let s = create(&runtime, "s", None).await;
     // Nothing runs: the request is recorded (the fence) and nothing is interrupted.
     assert!(!runtime.sessions().interrupt(&s).await.unwrap());
-    let requested = testing::events_of_kind(&db.path, &s, kind::INTERRUPT_REQUESTED).unwrap();
+    let requested = testing::events_of_kind(runtime.path(), &s, kind::INTERRUPT_REQUESTED).unwrap();
     assert_eq!(requested.len(), 1);
     let fence = requested[0].seq;
 
@@ -360,7 +350,7 @@ async fn a_fresh_actor_after_passivation_reloads_the_durable_interrupt_fence() {
     execution.wake(&s, Some(fence)).await.unwrap();
     assert_eq!(runtime.stats().registry.started, started + 1);
     assert!(!execution.active().contains(&s), "a stale wake is dropped");
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
 
     execution.wake(&s, Some(fence + 1)).await.unwrap();
     runner.wait_for_drains(1, WAIT).await;
@@ -368,17 +358,16 @@ async fn a_fresh_actor_after_passivation_reloads_the_durable_interrupt_fence() {
     let drains = runner.drains();
     assert_eq!(drains.len(), 1);
     assert_eq!(drains[0].wake_seq, Some(fence + 1));
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
-    runtime.shutdown().await;
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
+    runtime.stop().await;
 }
 
 /// Shutdown cancels three running drains as `interrupted{shutdown}`, answers their callers so,
 /// and keeps every claim and attempt counter; the next boot's sweep resumes all three, once each.
 #[actix_rt::test]
 async fn shutdown_keeps_every_claim_and_the_next_boot_resumes_them() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let mut runtime = Harness::start(&runner).await;
     let mut ids = Vec::new();
     for i in 0..3 {
         let id = create(&runtime, &format!("s{i}"), None).await;
@@ -389,10 +378,10 @@ async fn shutdown_keeps_every_claim_and_the_next_boot_resumes_them() {
     runner.wait_for_drains(3, WAIT).await;
     let before: Vec<_> = ids
         .iter()
-        .map(|id| testing::claim_state(&db.path, id).unwrap().unwrap())
+        .map(|id| testing::claim_state(runtime.path(), id).unwrap().unwrap())
         .collect();
 
-    runtime.shutdown().await;
+    runtime.stop().await;
     for turn in turns {
         assert_eq!(
             turn.await.unwrap().unwrap(),
@@ -402,14 +391,14 @@ async fn shutdown_keeps_every_claim_and_the_next_boot_resumes_them() {
         );
     }
     for (id, before) in ids.iter().zip(&before) {
-        let after = testing::claim_state(&db.path, id).unwrap().unwrap();
+        let after = testing::claim_state(runtime.path(), id).unwrap().unwrap();
         assert!(after.time_suspended.is_some(), "{id} keeps its claim");
         assert_eq!(
             after, *before,
             "{id}: shutdown changes no claim bookkeeping"
         );
         let interrupted =
-            testing::events_of_kind(&db.path, id, kind::EXECUTION_INTERRUPTED).unwrap();
+            testing::events_of_kind(runtime.path(), id, kind::EXECUTION_INTERRUPTED).unwrap();
         assert_eq!(interrupted.len(), 1);
         assert_eq!(interrupted[0].data, json!({"reason": "shutdown"}));
     }
@@ -420,20 +409,15 @@ async fn shutdown_keeps_every_claim_and_the_next_boot_resumes_them() {
     for id in &ids {
         next.push(id, Script::Gate(gate.clone()));
     }
-    let runtime = db
-        .builder(&next)
-        .sweep_on_start(true)
-        .start()
-        .await
-        .unwrap();
+    runtime.restart(&next, |b| b.sweep_on_start(true)).await;
     next.wait_for_drains(3, WAIT).await;
     let mut resumed: Vec<_> = next.drains().into_iter().map(|d| d.session_id).collect();
     resumed.sort();
     assert_eq!(resumed, ids);
     for id in &ids {
-        assert_eq!(testing::resume_attempts(&db.path, id).unwrap(), 1);
+        assert_eq!(testing::resume_attempts(runtime.path(), id).unwrap(), 1);
         assert_eq!(
-            testing::events_of_kind(&db.path, id, kind::SYNTHETIC)
+            testing::events_of_kind(runtime.path(), id, kind::SYNTHETIC)
                 .unwrap()
                 .len(),
             1
@@ -442,10 +426,10 @@ async fn shutdown_keeps_every_claim_and_the_next_boot_resumes_them() {
     gate.release();
     for id in &ids {
         runtime.execution().await_idle(id).await.unwrap();
-        assert!(!testing::is_claimed(&db.path, id).unwrap());
+        assert!(!testing::is_claimed(runtime.path(), id).unwrap());
     }
     assert_eq!(next.drains().len(), 3);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// 200 sessions on two arbiters drain at once: all 200 gated drains are in flight together, every
@@ -453,9 +437,8 @@ async fn shutdown_keeps_every_claim_and_the_next_boot_resumes_them() {
 #[actix_rt::test]
 async fn two_hundred_sessions_drain_concurrently_on_two_arbiters() {
     const N: usize = 200;
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let gate = Gate::new();
     let ids: Vec<SessionId> = futures::future::join_all((0..N).map(|i| {
         let runtime = &runtime;
@@ -478,8 +461,11 @@ async fn two_hundred_sessions_drain_concurrently_on_two_arbiters() {
     assert_eq!(runner.drains().len(), N);
     for id in &ids {
         runtime.execution().await_idle(id).await.unwrap();
-        assert!(!testing::is_claimed(&db.path, id).unwrap(), "{id} released");
-        let events = testing::events(&db.path, id).unwrap();
+        assert!(
+            !testing::is_claimed(runtime.path(), id).unwrap(),
+            "{id} released"
+        );
+        let events = testing::events(runtime.path(), id).unwrap();
         let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
         assert_eq!(
             kinds,
@@ -494,16 +480,15 @@ async fn two_hundred_sessions_drain_concurrently_on_two_arbiters() {
         assert_eq!(seqs, [0, 1, 2], "{id}");
     }
     assert!(runtime.execution().active().is_empty());
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// Fifty wakes while a gated drain runs ring one doorbell: exactly one follow-up (advisory)
 /// drain, inside the same turn, and nothing after it.
 #[actix_rt::test]
 async fn fifty_wakes_during_a_drain_coalesce_into_one_follow_up_drain() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let s = create(&runtime, "s", None).await;
     let gate = Gate::new();
     runner.push(&s, Script::Gate(gate.clone()));
@@ -530,12 +515,14 @@ async fn fifty_wakes_during_a_drain_coalesce_into_one_follow_up_drain() {
     // One turn: one claim, one terminal.
     for event in [kind::EXECUTION_STARTED, kind::EXECUTION_SUCCEEDED] {
         assert_eq!(
-            testing::events_of_kind(&db.path, &s, event).unwrap().len(),
+            testing::events_of_kind(runtime.path(), &s, event)
+                .unwrap()
+                .len(),
             1
         );
     }
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
-    runtime.shutdown().await;
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
+    runtime.stop().await;
 }
 
 /// Panics in `Drop` when the drain future holding it is dropped (cancelled).
@@ -553,9 +540,8 @@ impl Drop for PanicsOnDrop {
 /// `interrupted{user}` with its claim released; the session keeps serving.
 #[actix_rt::test]
 async fn a_drain_that_panics_while_cancelled_still_records_the_user_interrupt() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let s = create(&runtime, "s", None).await;
     runner.push(
         &s,
@@ -570,20 +556,20 @@ async fn a_drain_that_panics_while_cancelled_still_records_the_user_interrupt() 
     runner.wait_for_drains(1, WAIT).await;
 
     assert!(execution.interrupt(&s, None).await.unwrap());
-    let interrupted = testing::events_of_kind(&db.path, &s, kind::EXECUTION_INTERRUPTED).unwrap();
+    let interrupted =
+        testing::events_of_kind(runtime.path(), &s, kind::EXECUTION_INTERRUPTED).unwrap();
     assert_eq!(interrupted.len(), 1);
     assert_eq!(interrupted[0].data, json!({"reason": "user"}));
-    assert!(!testing::is_claimed(&db.path, &s).unwrap());
+    assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
     assert_eq!(execution.resume(&s).await.unwrap(), Terminal::Succeeded);
-    runtime.shutdown().await;
+    runtime.stop().await;
 }
 
 /// A caller answered with its turn's outcome never sees the session still in `active()`.
 #[actix_rt::test]
 async fn a_session_leaves_active_before_its_callers_are_answered() {
-    let db = TestDb::new();
     let runner = ScriptedRunner::new();
-    let runtime = db.start(&runner).await;
+    let runtime = Harness::start(&runner).await;
     let s = create(&runtime, "s", None).await;
     let execution = runtime.execution();
     for _ in 0..200 {
@@ -593,5 +579,5 @@ async fn a_session_leaves_active_before_its_callers_are_answered() {
             "still active after resume returned"
         );
     }
-    runtime.shutdown().await;
+    runtime.stop().await;
 }

@@ -1,12 +1,18 @@
-//! Shared helpers for the integration tests: a temp database, a runtime on it, sessions.
+//! Shared helpers for the integration tests: a temp database and a runtime on it (`harness`),
+//! waits on what the runtime commits (`events`), sessions.
 #![allow(dead_code, unreachable_pub, unused_imports)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use durable_sessions::testing::ScriptedRunner;
-use durable_sessions::{CreateSession, Runtime, RuntimeBuilder, SessionId};
+use durable_sessions::{CreateSession, Runner, Runtime, RuntimeBuilder, SessionId};
 use tempfile::TempDir;
+
+mod events;
+mod harness;
+
+pub use events::{next_commit, wait_for_event, wait_until_committed};
+pub use harness::{Harness, HarnessBuilder};
 
 /// How long a test waits for something observable before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -25,19 +31,31 @@ impl TestDb {
         Self { dir, path }
     }
 
-    /// A builder on this database with a short shutdown grace and no sweep at start.
-    pub fn builder(&self, runner: &ScriptedRunner) -> RuntimeBuilder {
-        Runtime::builder()
-            .database(&self.path)
-            .runner(runner.clone())
-            .arbiters(2)
-            .sweep_on_start(false)
-            .shutdown_grace(Duration::from_secs(2))
+    /// A builder on this database: [`test_builder`].
+    pub fn builder<R: Runner + Clone>(&self, runner: &R) -> RuntimeBuilder {
+        test_builder(&self.path, runner)
     }
 
-    pub async fn start(&self, runner: &ScriptedRunner) -> Runtime {
+    pub async fn start<R: Runner + Clone>(&self, runner: &R) -> Runtime {
         self.builder(runner).start().await.expect("runtime starts")
     }
+
+    /// Keeps the directory and its files on disk (a failed test's database, for a post-mortem)
+    /// and returns its path.
+    pub fn keep(self) -> PathBuf {
+        self.dir.keep()
+    }
+}
+
+/// The tests' runtime builder on `database`: two arbiters, no restart sweep at start, a short
+/// shutdown grace.
+pub fn test_builder<R: Runner + Clone>(database: &Path, runner: &R) -> RuntimeBuilder {
+    Runtime::builder()
+        .database(database)
+        .runner(runner.clone())
+        .arbiters(2)
+        .sweep_on_start(false)
+        .shutdown_grace(Duration::from_secs(2))
 }
 
 /// Creates a top-level session `id` (or a child of `parent`).
@@ -56,7 +74,9 @@ pub async fn create(runtime: &Runtime, id: &str, parent: Option<&SessionId>) -> 
     id
 }
 
-/// Waits until `check` holds, polling every few milliseconds.
+/// Waits until `check` holds, polling every few milliseconds: for state no event announces (the
+/// registry's counters, `active()`); a condition on what the runtime commits is better awaited
+/// with [`wait_until_committed`] or [`wait_for_event`].
 ///
 /// # Panics
 /// After [`WAIT`], naming `what`.
@@ -74,77 +94,23 @@ pub async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 // ---------------------------------------------------------------------------------------------
 // Reliability helpers (crash matrix, store faults, bad input, load): a store snapshot read with
 // plain rusqlite and the invariants every test of those suites checks on it (`store`), a
-// deterministic PRNG, a runner that promotes prompts and replies to each exactly once (`echo`),
-// and child processes a test kills with SIGKILL (`child`).
+// deterministic PRNG (`rng`), a runner that promotes prompts and replies to each exactly once
+// (`echo`), and child processes a test kills with SIGKILL (`child`).
 
 mod child;
 mod echo;
+mod rng;
 mod store;
 
 pub use child::{ChildProcess, CHILD_WAIT};
 pub use echo::{unreplied, EchoOptions, EchoRunner};
+pub use rng::{run_seed, splitmix, XorShift};
 pub use store::{
     is_abort, is_releasing_terminal, is_restart_notice, EventRow, InputRow, MessageRow, SessionRow,
     StoreView,
 };
 
 use serde_json::{json, Value};
-
-/// xorshift64*: a tiny deterministic PRNG, so a failing run can be replayed from its seed.
-#[derive(Debug, Clone)]
-pub struct XorShift(u64);
-
-impl XorShift {
-    /// A generator for `seed` (any value; 0 is remapped).
-    pub fn new(seed: u64) -> Self {
-        Self(splitmix(seed) | 1)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// A value in `0..n` (`0` when `n == 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-
-    /// True with probability `per_mille / 1000`.
-    pub fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-}
-
-/// SplitMix64: derives well-spread seeds from (base, index) pairs.
-pub fn splitmix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
-/// A seed for this run: `DS_SEED` when set (to replay a failure), else derived from the clock.
-pub fn run_seed() -> u64 {
-    std::env::var("DS_SEED")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or_else(|| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64);
-            splitmix(now ^ u64::from(std::process::id()))
-        })
-}
 
 /// Prints one line on stdout and flushes it (child processes talk to their parent this way).
 pub fn say(line: &str) {
@@ -176,7 +142,7 @@ pub fn text(s: &str) -> serde_json::Value {
 }
 
 /// `SELECT COUNT(*)` (or any single integer) on the database file.
-pub fn count(db: &TestDb, sql: &str) -> i64 {
-    let conn = rusqlite::Connection::open(&db.path).expect("open db");
+pub fn count(db: &Path, sql: &str) -> i64 {
+    let conn = rusqlite::Connection::open(db).expect("open db");
     conn.query_row(sql, [], |row| row.get(0)).expect("count")
 }
