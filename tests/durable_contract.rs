@@ -26,8 +26,10 @@ use tokio::sync::Notify;
 
 use common::{sid, test_builder, wait_for_event, wait_until_committed, Harness, WAIT};
 
+#[cfg(feature = "crash-points")]
 /// Selects the child's role; set only in child processes.
 const ROLE_ENV: &str = "DS_CONTRACT_ROLE";
+#[cfg(feature = "crash-points")]
 /// The database file a child opens.
 const DB_ENV: &str = "DS_CONTRACT_DB";
 
@@ -164,6 +166,7 @@ async fn start<R: Runner + Clone>(db: &Path, runner: &R) -> Runtime {
         .expect("runtime starts")
 }
 
+#[cfg(feature = "crash-points")]
 /// The kinds of `session`'s events from `from` on.
 fn kinds(db: &Path, session: &SessionId, from: usize) -> Vec<String> {
     testing::events(db, session).unwrap()[from..]
@@ -216,6 +219,7 @@ fn user(id: &str, interrupted: bool) -> (String, String, Option<String>, bool) {
 // ---------------------------------------------------------------------------------------------
 // Child processes.
 
+#[cfg(feature = "crash-points")]
 /// When this process is a child, runs its role and never returns.
 fn run_child_if_requested() {
     let Ok(role) = std::env::var(ROLE_ENV) else {
@@ -251,6 +255,7 @@ fn run_child_if_requested() {
     std::process::exit(3);
 }
 
+#[cfg(feature = "crash-points")]
 fn spawn_child(test: &str, role: &str, db: &Path, point: &str) -> common::ChildProcess {
     common::ChildProcess::spawn(
         test,

@@ -7,9 +7,9 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, OnceLock};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use actix_web::dev::ServerHandle;
@@ -25,7 +25,7 @@ use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 
-use common::next_commit;
+use common::{next_commit, server_binary};
 
 /// How long any single wait may take before the test fails (generous for a loaded machine).
 const WAIT: Duration = Duration::from_secs(30);
@@ -882,51 +882,6 @@ async fn a_shut_down_runtime_answers_503() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
     );
     h.server.stop(false).await;
-}
-
-/// The `server` example's binary, built (once per test run) by cargo: a no-op when it is fresh.
-fn server_binary() -> PathBuf {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("current exe");
-            // target/<profile>/deps/http_api-<hash> → target/<profile>
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("target/<profile>")
-                .to_path_buf();
-            let binary = profile_dir
-                .join("examples")
-                .join(format!("server{}", std::env::consts::EXE_SUFFIX));
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut build = Command::new(cargo);
-            build
-                .args(["build", "--quiet", "--example", "server"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            if let Some(target_dir) = profile_dir.parent() {
-                build.arg("--target-dir").arg(target_dir);
-            }
-            // The same features as this test binary, so the library is not rebuilt back and
-            // forth.
-            if cfg!(feature = "crash-points") {
-                build.args(["--features", "crash-points"]);
-            }
-            if profile_dir
-                .file_name()
-                .is_some_and(|name| name == "release")
-            {
-                build.arg("--release");
-            }
-            let built = build.status().is_ok_and(|status| status.success());
-            assert!(
-                built || binary.exists(),
-                "could not build the server example ({})",
-                binary.display()
-            );
-            binary
-        })
-        .clone()
 }
 
 /// A `server` example child process; killed (SIGKILL) when dropped.

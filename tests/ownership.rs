@@ -22,6 +22,8 @@ use durable_sessions::kind;
 use durable_sessions::testing::{self, Script, ScriptedRunner};
 use durable_sessions::{CreateSession, Error, Runtime, SessionId};
 
+#[cfg(feature = "http")]
+use common::server_binary;
 use common::{say, ChildProcess, StoreView, TestDb, WAIT};
 
 /// The database file a child holds, when set (only in child processes).
@@ -346,45 +348,4 @@ fn a_server_on_a_busy_port_touches_no_database() {
         db.display()
     );
     drop(busy);
-}
-
-/// The `server` example's binary, built by cargo (a no-op when it is fresh), as in
-/// `tests/http_api.rs`.
-#[cfg(feature = "http")]
-fn server_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/ownership-<hash> → target/<profile>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_path_buf();
-    let binary = profile_dir
-        .join("examples")
-        .join(format!("server{}", std::env::consts::EXE_SUFFIX));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = std::process::Command::new(cargo);
-    build
-        .args(["build", "--quiet", "--example", "server"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if let Some(target_dir) = profile_dir.parent() {
-        build.arg("--target-dir").arg(target_dir);
-    }
-    // The same features as this test binary, so the library is not rebuilt back and forth.
-    if cfg!(feature = "crash-points") {
-        build.args(["--features", "crash-points"]);
-    }
-    if profile_dir
-        .file_name()
-        .is_some_and(|name| name == "release")
-    {
-        build.arg("--release");
-    }
-    let built = build.status().is_ok_and(|status| status.success());
-    assert!(
-        built || binary.exists(),
-        "could not build the server example ({})",
-        binary.display()
-    );
-    binary
 }

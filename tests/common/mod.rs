@@ -10,9 +10,11 @@ use tempfile::TempDir;
 
 mod events;
 mod harness;
+mod server;
 
 pub use events::{next_commit, wait_for_event, wait_until_committed};
 pub use harness::{Harness, HarnessBuilder};
+pub use server::server_binary;
 
 /// How long a test waits for something observable before failing.
 pub const WAIT: Duration = Duration::from_secs(10);
