@@ -125,6 +125,13 @@ pub(crate) fn served_inputs(
 /// inputs that were pending when this turn claimed, so their wake marks are dropped: the turn
 /// had its chance to serve them.
 pub(crate) fn settle(conn: &Connection, session: &SessionId) -> Result<Option<u64>, StoreError> {
+    // Most turns leave nothing pending: one probe of the pending index settles them.
+    let mut pending = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM session_input WHERE session_id = ?1 AND promoted_seq IS NULL)",
+    )?;
+    if !pending.query_row([session.as_str()], |row| row.get::<_, bool>(0))? {
+        return Ok(None);
+    }
     let mut next = conn.prepare_cached(
         "SELECT MIN(admitted_seq) FROM session_input \
          WHERE session_id = ?1 AND promoted_seq IS NULL AND delivery = 'queue' \
