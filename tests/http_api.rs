@@ -1062,6 +1062,25 @@ async fn server_example_ctrl_c_keeps_the_turn_for_the_next_boot() {
     assert_resumed(&api, &seen).await;
 }
 
+/// Creates `demo`, prompts it with `text` as message `a`, and interrupts the reply after its
+/// first word; returns the session's event stream (read up to that first word).
+async fn interrupt_a_mid_reply(api: &Api, text: &str) -> Sse {
+    let (status, body) = api.post("/sessions", json!({ "id": "demo" })).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let mut events = api.events("/sessions/demo/events", None).await;
+    let (status, body) = api
+        .post("/sessions/demo/prompt", json!({ "id": "a", "text": text }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    events.until(|f| is(f, "agent.delta")).await;
+    let (status, body) = api.post("/sessions/demo/interrupt", json!(null)).await;
+    assert_eq!(
+        (status, &body),
+        (StatusCode::OK, &json!({ "interrupted": true }))
+    );
+    events
+}
+
 /// The README's walkthrough, over HTTP against the server example: prompt A, interrupt it
 /// mid-reply, prompt B, SIGKILL during B's reply, restart. The resumed turn answers B (with
 /// `agent.continuing`) and never A: a reply a user interrupted stays interrupted, across a
@@ -1072,20 +1091,8 @@ async fn the_readme_walkthrough_never_answers_an_interrupted_prompt() {
     let db = dir.path().join("server.db");
     let server = ServerProcess::spawn(&db, 300);
     let api = server.api();
-    let (status, body) = api.post("/sessions", json!({ "id": "demo" })).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let mut events = api.events("/sessions/demo/events", None).await;
     let quick = "the quick brown fox jumps over the lazy dog";
-    let (status, body) = api
-        .post("/sessions/demo/prompt", json!({ "id": "a", "text": quick }))
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    events.until(|f| is(f, "agent.delta")).await;
-    let (status, body) = api.post("/sessions/demo/interrupt", json!(null)).await;
-    assert_eq!(
-        (status, &body),
-        (StatusCode::OK, &json!({ "interrupted": true }))
-    );
+    let mut events = interrupt_a_mid_reply(&api, quick).await;
     let (status, body) = api
         .post(
             "/sessions/demo/prompt",
@@ -1168,22 +1175,7 @@ async fn an_explicit_resume_after_an_interrupt_answers_nothing_new() {
     let db = dir.path().join("server.db");
     let server = ServerProcess::spawn(&db, 200);
     let api = server.api();
-    let (status, body) = api.post("/sessions", json!({ "id": "demo" })).await;
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    let mut events = api.events("/sessions/demo/events", None).await;
-    let (status, body) = api
-        .post(
-            "/sessions/demo/prompt",
-            json!({ "id": "a", "text": "one two three four" }),
-        )
-        .await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
-    events.until(|f| is(f, "agent.delta")).await;
-    let (status, body) = api.post("/sessions/demo/interrupt", json!(null)).await;
-    assert_eq!(
-        (status, &body),
-        (StatusCode::OK, &json!({ "interrupted": true }))
-    );
+    let mut events = interrupt_a_mid_reply(&api, "one two three four").await;
     let interrupted = events.until(|f| is(f, kind::EXECUTION_INTERRUPTED)).await;
     let (status, body) = api.post("/sessions/demo/resume", json!(null)).await;
     assert_eq!(
