@@ -21,7 +21,8 @@ use actix::prelude::*;
 use crate::core::Core;
 use crate::error::Error;
 use crate::id::SessionId;
-use crate::session::SessionActor;
+use crate::session::messages::Passivate;
+use crate::session::{Forget, SessionActor, Stamp};
 
 /// How often a message is re-sent to a fresh actor when the one it found had just stopped.
 const DELIVERY_ATTEMPTS: usize = 8;
@@ -29,15 +30,6 @@ const DELIVERY_ATTEMPTS: usize = 8;
 struct Entry {
     addr: Addr<SessionActor>,
     stamp: Arc<Stamp>,
-}
-
-/// What a session actor and its registry entry share.
-#[derive(Debug)]
-pub(crate) struct Stamp {
-    /// Distinguishes this incarnation from earlier and later actors of the same session.
-    pub(crate) generation: u64,
-    /// When the actor last did anything (ms since the registry started); written by the actor.
-    pub(crate) touched: AtomicU64,
 }
 
 /// Counters of what the registry did.
@@ -292,17 +284,6 @@ impl Registry {
     }
 }
 
-/// Why an actor left the registry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Forget {
-    /// It stopped after a panicked drain; the next message starts its replacement.
-    Replaced,
-    /// It was idle longer than `idle_timeout`.
-    Passivated,
-    /// Any other stop (system shutdown, external stop).
-    Stopped,
-}
-
 /// How many actors a passivation wave must have stopped before the runtime releases memory.
 const RELEASE_AFTER: usize = 64;
 
@@ -422,11 +403,6 @@ impl Actor for Supervisor {
         });
     }
 }
-
-/// Asks a session actor to stop if it is still idle and nothing waits on it.
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct Passivate;
 
 /// Stops the [`Supervisor`] (at shutdown).
 #[derive(Debug, Message)]

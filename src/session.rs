@@ -11,7 +11,7 @@ pub(crate) mod messages;
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use actix::prelude::*;
@@ -20,15 +20,35 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
-use self::messages::{AwaitIdle, Close, Interrupt, Resume, Wake};
+use self::messages::{AwaitIdle, Close, Interrupt, Passivate, Resume, Wake};
 use crate::core::Core;
 use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::id::SessionId;
 use crate::outcome::{Exit, RunError, Terminal};
 use crate::records::Resumption;
-use crate::registry::{Forget, Passivate, Stamp};
 use crate::turn::{Turn, TurnCause};
+
+/// What a session actor and its registry entry share (the registry hands it to the actor when
+/// it starts it).
+#[derive(Debug)]
+pub(crate) struct Stamp {
+    /// Distinguishes this incarnation from earlier and later actors of the same session.
+    pub(crate) generation: u64,
+    /// When the actor last did anything (ms since the registry started); written by the actor.
+    pub(crate) touched: AtomicU64,
+}
+
+/// Why an actor asks the registry to forget it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Forget {
+    /// It stopped after a panicked drain; the next message starts its replacement.
+    Replaced,
+    /// It was idle longer than `idle_timeout`.
+    Passivated,
+    /// Any other stop (system shutdown, external stop).
+    Stopped,
+}
 
 /// The reply channels the actor hands its coordinator.
 pub(crate) struct ActorTokens;

@@ -52,3 +52,8 @@ pub(crate) struct AwaitIdle {
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct Close;
+
+/// Asks a session actor to stop if it is still idle and nothing waits on it.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Passivate;
