@@ -1094,6 +1094,19 @@ fn owed_crash_loop(test: &str, point: Point) {
     assert!(!view.sessions[&id].claimed);
 }
 
+/// No claim committed and no `session.execution.started` event exists: the kill came before
+/// any turn's claim.
+fn assert_no_turn_claimed(view: &StoreView) {
+    assert!(
+        view.claimed().is_empty(),
+        "a claim committed: {:?}",
+        view.claimed()
+    );
+    for id in view.sessions.keys() {
+        assert_eq!(view.count_kind(id, kind::EXECUTION_STARTED), 0);
+    }
+}
+
 /// Killed before the claim of a turn commits (the wake handler never returned): no claim and
 /// no `started` event exist, and the admission that woke it is committed with its wake mark but
 /// unacknowledged. The next boot's sweep adopts the session (one notice, the claim right behind
@@ -1106,14 +1119,7 @@ fn crash_before_claim() {
         "crash_before_claim",
         Point::Named("before_claim"),
         |view, ledger| {
-            assert!(
-                view.claimed().is_empty(),
-                "a claim committed: {:?}",
-                view.claimed()
-            );
-            for id in view.sessions.keys() {
-                assert_eq!(view.count_kind(id, kind::EXECUTION_STARTED), 0);
-            }
+            assert_no_turn_claimed(view);
             let unacked: Vec<_> = view
                 .inputs
                 .iter()
@@ -1139,14 +1145,7 @@ fn crash_during_claim() {
         "crash_during_claim",
         Point::Named("during_claim"),
         |view, ledger| {
-            assert!(
-                view.claimed().is_empty(),
-                "a claim committed: {:?}",
-                view.claimed()
-            );
-            for id in view.sessions.keys() {
-                assert_eq!(view.count_kind(id, kind::EXECUTION_STARTED), 0);
-            }
+            assert_no_turn_claimed(view);
             let owed: Vec<_> = ledger
                 .acked
                 .iter()
