@@ -9,62 +9,15 @@
 //! doorbell and coalesce into one follow-up drain; wakes that land while it stops or settles
 //! start a *successor* execution.
 
+mod bell;
 mod effect;
 
 use std::fmt;
 
+use self::bell::Bell;
 use self::effect::{next_id, Chain, Fence};
 pub use self::effect::{Effect, Mode, Phase, Seq, Tokens};
 use crate::outcome::{terminal, Exit, InterruptReason, Terminal};
-
-/// A rung doorbell: `seq` is the max admission seq of the coalesced sequenced wakes, and
-/// `unsequenced` whether any of them had no seq. The two parts are kept apart so that an
-/// interrupt, which covers every unsequenced wake, does not also drop a newer sequenced one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Bell {
-    seq: Option<Seq>,
-    unsequenced: bool,
-}
-
-impl Bell {
-    fn merge(existing: Option<Bell>, seq: Option<Seq>) -> Bell {
-        let bell = existing.unwrap_or(Bell {
-            seq: None,
-            unsequenced: false,
-        });
-        match seq {
-            None => Bell {
-                unsequenced: true,
-                ..bell
-            },
-            Some(s) => Bell {
-                seq: Some(bell.seq.map_or(s, |b| b.max(s))),
-                ..bell
-            },
-        }
-    }
-
-    /// The fence of a drain serving this bell: None when any of its wakes was unsequenced.
-    fn wake_seq(self) -> Option<Seq> {
-        if self.unsequenced {
-            None
-        } else {
-            self.seq
-        }
-    }
-
-    /// What an interrupt with `seq` (None = unsequenced) leaves of this bell: it covers the
-    /// unsequenced wakes and the wakes at or before `seq`.
-    fn after_interrupt(self, seq: Option<Seq>) -> Option<Bell> {
-        match (seq, self.seq) {
-            (Some(s), Some(b)) if b > s => Some(Bell {
-                seq: Some(b),
-                unsequenced: false,
-            }),
-            _ => None,
-        }
-    }
-}
 
 /// One execution (turn) of the session.
 struct TurnState<T: Tokens> {
