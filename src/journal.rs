@@ -17,12 +17,13 @@
 //! - `turns`: what a turn writes and reads (claim, promotions, messages, events, settle);
 //! - `recovery`: the restart sweep's plan and writes.
 
+mod backend;
 pub(crate) mod inspect;
 mod persistence;
 mod prompts;
 mod recovery;
 mod sessions;
-pub(crate) mod store;
+pub(crate) mod sqlite;
 mod turns;
 
 use std::sync::Arc;
@@ -55,16 +56,20 @@ impl Journal {
     /// # Errors
     /// When the database cannot be opened, is corrupt or is newer than this crate.
     pub(crate) fn open(config: &RuntimeConfig) -> Result<Self, StoreError> {
-        let store_config = store::StoreConfig {
+        let store_config = sqlite::StoreConfig {
             synchronous: config.synchronous,
             busy_timeout: config.busy_timeout,
             pool_size: config.pool_size,
-            ..store::StoreConfig::new(&config.database)
+            ..sqlite::StoreConfig::new(&config.database)
         };
-        let pool = store::open(&store_config)?;
-        let writer = store::open_connection(&store_config)?;
-        let persistence =
-            Persistence::start(pool, writer, config.group_commit, config.bus_capacity)?;
+        let pool = sqlite::open(&store_config)?;
+        let writer = sqlite::open_connection(&store_config)?;
+        let persistence = Persistence::start(
+            Arc::new(sqlite::backend::SqliteReaders(pool.clone())),
+            Box::new(sqlite::backend::SqliteWriter::new(writer, pool)),
+            config.group_commit,
+            config.bus_capacity,
+        )?;
         Ok(Self {
             persistence: Arc::new(persistence),
         })
@@ -93,7 +98,10 @@ impl Journal {
     }
 }
 
-/// The current time in milliseconds since the Unix epoch.
+/// The current time in milliseconds since the Unix epoch (0 if the clock is before it).
 pub(crate) fn now_ms() -> i64 {
-    store::now_ms()
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

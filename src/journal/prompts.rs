@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::{store, Journal};
+use super::Journal;
 use crate::error::StoreError;
 use crate::event::{kind, EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
@@ -57,28 +57,29 @@ impl Journal {
         let admitted = self
             .persistence
             .write(move |w| {
-                let conn = w.conn();
-                if !store::session_exists(conn, &session)? {
+                let conn = w.store();
+                if !conn.session_exists(&session)? {
                     return Ok(Admitted::NoSession);
                 }
-                if let Some(stored) = store::get_input(conn, &id)? {
+                if let Some(stored) = conn.get_input(&id)? {
                     if !equivalent(&stored, &session, &prompt, delivery) {
                         return Ok(Admitted::Conflict(stored.session_id));
                     }
-                    let fenced = store::latest_interrupt_seq(conn, &session)?
+                    let fenced = conn
+                        .latest_interrupt_seq(&session)?
                         .is_some_and(|fence| stored.admitted_seq <= fence);
                     if resume && stored.promoted_seq.is_none() && !fenced {
-                        store::mark_wake(conn, &id)?;
+                        conn.mark_wake(&id)?;
                     }
                     return Ok(Admitted::Retried(stored));
                 }
-                if let Some(owner) = store::transcript_owner(conn, &id)? {
+                if let Some(owner) = conn.transcript_owner(&id)? {
                     return Ok(Admitted::Conflict(owner));
                 }
                 let (admission, event) =
-                    store::admit(conn, &session, &id, &prompt, delivery, store::now_ms())?;
+                    conn.admit(&session, &id, &prompt, delivery, super::now_ms())?;
                 if resume {
-                    store::mark_wake(conn, &id)?;
+                    conn.mark_wake(&id)?;
                 }
                 if let Some(event) = event {
                     crate::crash::point(crate::crash::DURING_ADMISSION);
@@ -103,14 +104,14 @@ impl Journal {
     ) -> Result<Option<(u64, bool)>, StoreError> {
         self.persistence
             .write(move |w| {
-                let Some(claim) = store::claim_state(w.conn(), &session)? else {
+                let Some(claim) = w.store().claim_state(&session)? else {
                     return Ok(None);
                 };
                 let request = SessionEvent::InterruptRequested {
                     session_id: session.clone(),
                 };
                 let seq = w.append(&session, &request)?.seq;
-                store::clear_wakes(w.conn(), &session)?;
+                w.store().clear_wakes(&session)?;
                 Ok(Some((seq, claim.time_suspended.is_some())))
             })
             .await
@@ -125,7 +126,7 @@ impl Journal {
     ) -> Result<Option<EventRecord>, StoreError> {
         self.persistence
             .write(move |w| {
-                if !store::session_exists(w.conn(), &session)? {
+                if !w.store().session_exists(&session)? {
                     return Ok(None);
                 }
                 let switched = SessionEvent::ModelSwitched {
@@ -149,16 +150,16 @@ impl Journal {
     ) -> Result<Option<Reprojection>, StoreError> {
         self.persistence
             .write(move |w| {
-                let conn = w.conn();
-                if !store::session_exists(conn, &session)? {
+                let conn = w.store();
+                if !conn.session_exists(&session)? {
                     return Ok(None);
                 }
-                store::delete_projections(conn, &session)?;
+                conn.delete_projections(&session)?;
                 let mut events = 0;
                 // The claim of the turn being replayed, to mark the prompts of a turn a user
                 // interrupted.
                 let mut claim = None;
-                for event in store::events_after(conn, &session, None, usize::MAX)? {
+                for event in conn.events_after(&session, None, usize::MAX)? {
                     match SessionEvent::projected(&event.kind, &event.data) {
                         Some(Ok(SessionEvent::ExecutionStarted { .. })) => {
                             claim.get_or_insert(event.seq);
@@ -168,17 +169,17 @@ impl Journal {
                             if let (SessionEvent::ExecutionInterrupted { .. }, Some(seq)) =
                                 (terminal, claimed)
                             {
-                                store::mark_interrupted(conn, &session, seq)?;
+                                conn.mark_interrupted(&session, seq)?;
                             }
                         }
                         _ => {}
                     }
                     if INBOX_AND_TRANSCRIPT.contains(&event.kind.as_str()) {
-                        store::project(conn, &event)?;
+                        conn.project(&event)?;
                         events += 1;
                     }
                 }
-                let (inputs, messages) = store::projection_counts(conn, &session)?;
+                let (inputs, messages) = conn.projection_counts(&session)?;
                 Ok(Some(Reprojection {
                     events,
                     inputs,

@@ -1,6 +1,6 @@
 //! Sessions: creating them, reading and listing their rows, and claim counts.
 
-use super::{store, Journal};
+use super::Journal;
 use crate::error::StoreError;
 use crate::id::SessionId;
 use crate::records::{ListQuery, SessionInfo};
@@ -32,15 +32,15 @@ impl Journal {
     pub(crate) async fn create_session(&self, info: SessionInfo) -> Result<Created, StoreError> {
         self.persistence
             .write(move |w| {
-                if let Some(existing) = store::get_session(w.conn(), &info.id)? {
+                if let Some(existing) = w.store().get_session(&info.id)? {
                     return Ok(Created::Existing(existing));
                 }
                 if let Some(parent) = &info.parent_id {
-                    if !store::session_exists(w.conn(), parent)? {
+                    if !w.store().session_exists(parent)? {
                         return Ok(Created::NoParent(parent.clone()));
                     }
                 }
-                let (stored, event) = store::create_session(w.conn(), &info)?;
+                let (stored, event) = w.store().create_session(&info)?;
                 if let Some(event) = event {
                     w.record(event);
                 }
@@ -53,7 +53,7 @@ impl Journal {
     pub(crate) async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         let key = id.clone();
         self.persistence
-            .read(move |conn| store::get_session(conn, &key))
+            .read(move |conn| conn.get_session(&key))
             .await
     }
 
@@ -61,7 +61,7 @@ impl Journal {
     pub(crate) async fn session_exists(&self, id: &SessionId) -> Result<bool, StoreError> {
         let key = id.clone();
         self.persistence
-            .read(move |conn| store::session_exists(conn, &key))
+            .read(move |conn| conn.session_exists(&key))
             .await
     }
 
@@ -72,9 +72,9 @@ impl Journal {
         id: &SessionId,
     ) -> Result<(bool, Option<u64>), StoreError> {
         self.persistence.read_blocking(|conn| {
-            let exists = store::session_exists(conn, id)?;
+            let exists = conn.session_exists(id)?;
             let fence = if exists {
-                store::latest_interrupt_seq(conn, id)?
+                conn.latest_interrupt_seq(id)?
             } else {
                 None
             };
@@ -88,7 +88,7 @@ impl Journal {
         query: ListQuery,
     ) -> Result<Vec<SessionInfo>, StoreError> {
         self.persistence
-            .read(move |conn| store::list_sessions(conn, &query))
+            .read(move |conn| conn.list_sessions(&query))
             .await
     }
 
@@ -96,7 +96,7 @@ impl Journal {
     pub(crate) async fn claim_stats(&self, now: i64) -> Result<ClaimStats, StoreError> {
         let (claimed, oldest): (i64, Option<i64>) = self
             .persistence
-            .read(move |conn| store::claim_counts(conn, now))
+            .read(move |conn| conn.claim_counts(now))
             .await?;
         Ok(ClaimStats {
             claimed: u64::try_from(claimed).unwrap_or(0),

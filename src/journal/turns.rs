@@ -8,7 +8,8 @@
 
 use serde_json::Value;
 
-use super::{store, Journal};
+use super::backend::Store;
+use super::Journal;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
@@ -29,16 +30,17 @@ pub(crate) enum Transcript<T> {
 /// Runs `read` for a stored session, diagnosing a JSON decode failure to the first undecodable
 /// message of the session.
 fn read_transcript<T>(
-    conn: &rusqlite::Connection,
+    conn: &mut dyn Store,
     session: &SessionId,
-    read: impl FnOnce(&rusqlite::Connection) -> Result<T, StoreError>,
+    read: impl FnOnce(&mut dyn Store) -> Result<T, StoreError>,
 ) -> Result<Transcript<T>, StoreError> {
-    if !store::session_exists(conn, session)? {
+    if !conn.session_exists(session)? {
         return Ok(Transcript::Missing);
     }
     match read(conn) {
         Ok(found) => Ok(Transcript::Found(found)),
-        Err(StoreError::Json(e)) => store::undecodable_message(conn, session)?
+        Err(StoreError::Json(e)) => conn
+            .undecodable_message(session)?
             .map(Transcript::Undecodable)
             .ok_or(StoreError::Json(e)),
         Err(other) => Err(other),
@@ -66,7 +68,7 @@ impl Journal {
     /// shutdown, which keeps it for the next boot. (A turn whose claim never committed is not
     /// settled here: it never started, and its session actor records nothing.) For any other ending, decided while the claim
     /// is still held: returns the admission seq of the next queued prompt the session must run
-    /// in a turn of its own (see `store::settle`).
+    /// in a turn of its own (see `Store::settle`).
     pub(crate) async fn settle_turn(
         &self,
         session: SessionId,
@@ -76,7 +78,7 @@ impl Journal {
         self.persistence
             .write(move |w| {
                 let next = if event.releases_claim() {
-                    store::settle(w.conn(), &session)?
+                    w.store().settle(&session)?
                 } else {
                     None
                 };
@@ -96,7 +98,7 @@ impl Journal {
     ) -> Result<Vec<Admission>, StoreError> {
         self.persistence
             .write(move |w| {
-                let promoted = store::promote_steer(w.conn(), &session, cutoff, store::now_ms())?;
+                let promoted = w.store().promote_steer(&session, cutoff, super::now_ms())?;
                 if !promoted.is_empty() {
                     crate::crash::point(crate::crash::DURING_PROMOTION);
                 }
@@ -118,7 +120,7 @@ impl Journal {
     ) -> Result<Option<Admission>, StoreError> {
         self.persistence
             .write(move |w| {
-                let promoted = store::promote_queue(w.conn(), &session, store::now_ms())?;
+                let promoted = w.store().promote_queue(&session, super::now_ms())?;
                 if promoted.is_some() {
                     crate::crash::point(crate::crash::DURING_PROMOTION);
                 }
@@ -143,7 +145,8 @@ impl Journal {
         self.persistence
             .write(move |w| {
                 let event =
-                    store::append_message(w.conn(), &session, &id, &kind, &data, store::now_ms())?;
+                    w.store()
+                        .append_message(&session, &id, &kind, &data, super::now_ms())?;
                 w.record(event);
                 Ok(())
             })
@@ -166,7 +169,7 @@ impl Journal {
     /// The session's pending inputs, in admission order.
     pub(crate) async fn pending(&self, session: SessionId) -> Result<Vec<Admission>, StoreError> {
         self.persistence
-            .read(move |conn| store::pending_inputs(conn, &session))
+            .read(move |conn| conn.pending_inputs(&session))
             .await
     }
 
@@ -178,14 +181,14 @@ impl Journal {
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
         self.persistence
-            .read(move |conn| store::events_after(conn, &session, after, limit))
+            .read(move |conn| conn.events_after(&session, after, limit))
             .await
     }
 
     /// The whole transcript of `session` in seq order (empty for an unknown session).
     pub(crate) async fn context(&self, session: SessionId) -> Result<Vec<Message>, StoreError> {
         self.persistence
-            .read(move |conn| store::context(conn, &session))
+            .read(move |conn| conn.context(&session))
             .await
     }
 
@@ -195,9 +198,7 @@ impl Journal {
         session: SessionId,
     ) -> Result<Transcript<Vec<Message>>, StoreError> {
         self.persistence
-            .read(move |conn| {
-                read_transcript(conn, &session, |conn| store::context(conn, &session))
-            })
+            .read(move |conn| read_transcript(conn, &session, |conn| conn.context(&session)))
             .await
     }
 
@@ -208,9 +209,7 @@ impl Journal {
     ) -> Result<Transcript<Vec<Message>>, StoreError> {
         self.persistence
             .read(move |conn| {
-                read_transcript(conn, &query.session_id, |conn| {
-                    store::messages(conn, &query)
-                })
+                read_transcript(conn, &query.session_id, |conn| conn.messages(&query))
             })
             .await
     }
@@ -223,13 +222,11 @@ impl Journal {
         message: MessageId,
     ) -> Result<Transcript<Option<Message>>, StoreError> {
         self.persistence
-            .read(
-                move |conn| match store::get_message(conn, &session, &message) {
-                    Ok(found) => Ok(Transcript::Found(found)),
-                    Err(StoreError::Json(_)) => Ok(Transcript::Undecodable(message)),
-                    Err(other) => Err(other),
-                },
-            )
+            .read(move |conn| match conn.get_message(&session, &message) {
+                Ok(found) => Ok(Transcript::Found(found)),
+                Err(StoreError::Json(_)) => Ok(Transcript::Undecodable(message)),
+                Err(other) => Err(other),
+            })
             .await
     }
 }
