@@ -168,7 +168,6 @@
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 
 mod config;
-mod core;
 #[doc(hidden)]
 pub mod crash;
 mod error;

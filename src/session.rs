@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -21,13 +22,50 @@ use futures::FutureExt;
 
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
 use self::messages::{AwaitIdle, Close, Interrupt, Passivate, Resume, Wake};
-use crate::core::Core;
 use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::id::SessionId;
+use crate::journal::Journal;
 use crate::outcome::{Exit, RunError, Terminal};
 use crate::records::Resumption;
+use crate::runner::Runner;
 use crate::turn::{Turn, TurnCause};
+
+/// What every session actor of a runtime is given when it starts.
+pub(crate) struct Environment {
+    /// The durable store: claims, settlements, and what a turn writes.
+    pub(crate) journal: Journal,
+    /// The user's runner.
+    pub(crate) runner: Arc<dyn Runner>,
+    /// This boot's id, recorded with every claim.
+    pub(crate) boot: String,
+    /// How long an actor stays idle before the supervisor may passivate it.
+    pub(crate) idle_timeout: Duration,
+    /// The actor's registry entry and the `active()` set.
+    pub(crate) host: Arc<dyn Host>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("boot", &self.boot)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The registry as a session actor sees it: the set of sessions with a turn in this process,
+/// which the actor changes as its coordinator says (`Effect::Activated` / `Deactivated`), and
+/// its own entry, which it removes when it stops.
+pub(crate) trait Host: Send + Sync {
+    /// The session has a turn in this process.
+    fn activate(&self, id: &SessionId);
+    /// The session's turns have all settled.
+    fn deactivate(&self, id: &SessionId);
+    /// Removes the actor's entry (if it is still generation `generation`'s).
+    fn forget(&self, id: &SessionId, generation: u64, why: Forget);
+    /// The clock of [`Stamp::touched`].
+    fn now_ms(&self) -> u64;
+}
 
 /// What a session actor and its registry entry share (the registry hands it to the actor when
 /// it starts it).
@@ -67,7 +105,7 @@ type SettleError = Arc<StoreError>;
 /// it come to 440 bytes, and tokio allocates a task in steps of 128 bytes, so every byte past 72
 /// costs each live actor another 128. What only a running turn needs is boxed.
 pub(crate) struct SessionActor {
-    core: Arc<Core>,
+    env: Arc<Environment>,
     id: SessionId,
     coordinator: Coordinator<ActorTokens, SettleError>,
     /// This incarnation's generation and last activity, shared with its registry entry.
@@ -104,9 +142,9 @@ impl std::fmt::Debug for SessionActor {
 }
 
 impl SessionActor {
-    pub(crate) fn new(core: Arc<Core>, id: SessionId, stamp: Arc<Stamp>) -> Self {
+    pub(crate) fn new(env: Arc<Environment>, id: SessionId, stamp: Arc<Stamp>) -> Self {
         Self {
-            core,
+            env,
             id,
             coordinator: Coordinator::new(None),
             stamp,
@@ -116,10 +154,31 @@ impl SessionActor {
         }
     }
 
-    /// Reloads what the actor derives from the store: whether the session exists and its
-    /// durable interrupt fence. A short synchronous read on this arbiter.
-    fn reload(&mut self) {
-        let loaded = self.core.journal.session_state_blocking(&self.id);
+    /// Runs `then` once the actor knows its session exists: at once when it does; otherwise
+    /// after reading the store again (the session may have been created since), on the
+    /// journal's readers, holding the mailbox meanwhile (`ctx.wait`) so no later message
+    /// overtakes this one. The arbiter never blocks on the read.
+    fn when_loaded(
+        &mut self,
+        ctx: &mut Context<Self>,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
+        if self.exists {
+            then(self, ctx);
+            return;
+        }
+        let journal = self.env.journal.clone();
+        let id = self.id.clone();
+        let load = async move { journal.session_state(id).await };
+        ctx.wait(load.into_actor(self).map(move |loaded, act, ctx| {
+            act.loaded(loaded);
+            then(act, ctx);
+        }));
+    }
+
+    /// Takes in what the actor derives from the store: whether the session exists and its
+    /// durable interrupt fence.
+    fn loaded(&mut self, loaded: Result<(bool, Option<u64>), StoreError>) {
         match loaded {
             Ok((exists, fence)) => {
                 self.exists = exists;
@@ -134,15 +193,6 @@ impl SessionActor {
         }
     }
 
-    /// Whether the session exists, re-reading the store when it did not (it may have been
-    /// created since).
-    fn ensure_exists(&mut self) -> bool {
-        if !self.exists {
-            self.reload();
-        }
-        self.exists
-    }
-
     /// Carries out the coordinator's effects, in order; effects produced while doing so are
     /// appended, so chains of synchronous transitions never recurse.
     fn apply(&mut self, effects: Vec<Effect<ActorTokens, SettleError>>, ctx: &mut Context<Self>) {
@@ -150,8 +200,8 @@ impl SessionActor {
         self.touch();
         while let Some(effect) = queue.pop_front() {
             match effect {
-                Effect::Activated => self.core.registry.activate(&self.id),
-                Effect::Deactivated => self.core.registry.deactivate(&self.id),
+                Effect::Activated => self.env.host.activate(&self.id),
+                Effect::Deactivated => self.env.host.deactivate(&self.id),
                 Effect::Start { execution } => queue.extend(self.start_hook(execution, ctx)),
                 Effect::Drain {
                     drain,
@@ -190,8 +240,8 @@ impl SessionActor {
         }
         if self.panicked && !self.coordinator.is_active() {
             log::warn!("session {}: replacing the actor after a panic", self.id);
-            self.core
-                .registry
+            self.env
+                .host
                 .forget(&self.id, self.stamp.generation, Forget::Replaced);
             ctx.stop();
         }
@@ -200,7 +250,7 @@ impl SessionActor {
     fn touch(&self) {
         self.stamp
             .touched
-            .store(self.core.registry.now_ms(), Ordering::Relaxed);
+            .store(self.env.host.now_ms(), Ordering::Relaxed);
     }
 
     /// Commits the claim with `session.execution.started` (uninterruptible), then reports.
@@ -215,8 +265,8 @@ impl SessionActor {
             crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
             return self.coordinator.started(execution, Ok(()));
         }
-        let journal = self.core.journal.clone();
-        let (id, boot) = (self.id.clone(), self.core.boot.clone());
+        let journal = self.env.journal.clone();
+        let (id, boot) = (self.id.clone(), self.env.boot.clone());
         crash::point(crash::BEFORE_CLAIM);
         let commit = async move { journal.claim_turn(id, boot).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
@@ -249,8 +299,8 @@ impl SessionActor {
             (Mode::Run, None) => TurnCause::Resume,
             (Mode::Wake, _) => TurnCause::Wake { seq: wake_seq },
         };
-        let turn = Turn::new(self.core.journal.clone(), self.id.clone(), cause, wake_seq);
-        let runner = self.core.runner.clone();
+        let turn = Turn::new(self.env.journal.clone(), self.id.clone(), cause, wake_seq);
+        let runner = self.env.runner.clone();
         let future = DropSafe(Some(
             AssertUnwindSafe(async move { runner.drain(turn).await })
                 .catch_unwind()
@@ -296,7 +346,7 @@ impl SessionActor {
             }
             return self.coordinator.settled(Err(error));
         }
-        let journal = self.core.journal.clone();
+        let journal = self.env.journal.clone();
         let id = self.id.clone();
         crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
         let best_effort = matches!(
@@ -377,17 +427,18 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(64);
-        self.reload();
+        // Before the first message: whether the session exists, and its interrupt fence.
+        self.when_loaded(ctx, |_, _| {});
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // System stop or passivation: any drain future was dropped with the context; claims are
         // kept, so the next boot resumes the turn.
         if self.coordinator.is_active() {
-            self.core.registry.deactivate(&self.id);
+            self.env.host.deactivate(&self.id);
         }
-        self.core
-            .registry
+        self.env
+            .host
             .forget(&self.id, self.stamp.generation, Forget::Stopped);
     }
 }
@@ -396,15 +447,14 @@ impl Handler<Passivate> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: Passivate, ctx: &mut Self::Context) {
-        let idle = self.core.config.idle_timeout;
+        let idle = self.env.idle_timeout;
         let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         let last = self.stamp.touched.load(Ordering::Relaxed);
-        if self.coordinator.is_quiescent()
-            && self.core.registry.now_ms().saturating_sub(last) >= idle_ms
+        if self.coordinator.is_quiescent() && self.env.host.now_ms().saturating_sub(last) >= idle_ms
         {
             log::debug!("session {}: passivating after {idle:?} idle", self.id);
-            self.core
-                .registry
+            self.env
+                .host
                 .forget(&self.id, self.stamp.generation, Forget::Passivated);
             ctx.stop();
         }
@@ -415,12 +465,14 @@ impl Handler<Wake> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
-        if !self.ensure_exists() {
-            log::debug!("session {}: wake for an unknown session dropped", self.id);
-            return;
-        }
-        let effects = self.coordinator.wake(msg.seq);
-        self.apply(effects, ctx);
+        self.when_loaded(ctx, move |act, ctx| {
+            if !act.exists {
+                log::debug!("session {}: wake for an unknown session dropped", act.id);
+                return;
+            }
+            let effects = act.coordinator.wake(msg.seq);
+            act.apply(effects, ctx);
+        });
     }
 }
 
@@ -428,16 +480,20 @@ impl Handler<Resume> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
-        if !self.ensure_exists() {
-            if msg.recovery.is_some() && !self.coordinator.is_active() {
-                self.core.registry.deactivate(&self.id);
-            }
+        self.when_loaded(ctx, move |act, ctx| act.resume(msg, ctx));
+    }
+}
+
+impl SessionActor {
+    /// Runs a forced turn (or joins the running one); with `recovery`, the turn the restart
+    /// sweep claimed.
+    fn resume(&mut self, msg: Resume, ctx: &mut Context<Self>) {
+        if !self.exists {
             let _ = msg.reply.send(Err(Error::NotFound {
                 session_id: self.id.clone(),
             }));
             return;
         }
-        let claimed = msg.recovery.is_some();
         let effects = self.coordinator.run(msg.reply);
         if let Some(resumption) = msg.recovery {
             self.running.get_or_insert_with(Box::default).recovery = Some(resumption);
@@ -449,10 +505,6 @@ impl Handler<Resume> for SessionActor {
             if running.drain.is_none() {
                 self.running = None;
             }
-        }
-        if claimed && !self.coordinator.is_active() {
-            // The sweep marked the session active ahead of this resume, which started nothing.
-            self.core.registry.deactivate(&self.id);
         }
     }
 }

@@ -213,4 +213,6 @@ pub(crate) trait Readers: Send + Sync {
     fn read(&self, work: ReadWork<'_>) -> Result<(), StoreError>;
     /// Gives the unused cache memory of idle connections back.
     fn release_memory(&self);
+    /// How many reads can run at once (the pool's connections).
+    fn size(&self) -> usize;
 }

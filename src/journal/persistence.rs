@@ -157,6 +157,8 @@ enum Msg {
 pub(crate) struct Persistence {
     mailbox: mpsc::Sender<Msg>,
     readers: Arc<dyn Readers>,
+    /// As many as the readers have connections.
+    read_permits: Arc<tokio::sync::Semaphore>,
     bus: broadcast::Sender<Arc<EventRecord>>,
     counters: Arc<Counters>,
 }
@@ -196,6 +198,7 @@ impl Persistence {
             .map_err(StoreError::WriterThread)?;
         Ok(Self {
             mailbox,
+            read_permits: Arc::new(tokio::sync::Semaphore::new(readers.size().max(1))),
             readers,
             bus,
             counters,
@@ -258,18 +261,22 @@ impl Persistence {
         F: FnOnce(&mut dyn Store) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
-        let readers = self.readers.clone();
-        actix_rt::task::spawn_blocking(move || read_on(&*readers, work))
+        // One blocking thread per pooled connection at most: a burst of reads (a sweep
+        // starting thousands of actors) queues here instead of starting a thread per read that
+        // would then wait for a connection.
+        let permit = self
+            .read_permits
+            .clone()
+            .acquire_owned()
             .await
-            .map_err(StoreError::ReadTask)?
-    }
-
-    /// Runs a read synchronously on a pooled connection (for callers off the async runtime).
-    pub(crate) fn read_blocking<T>(
-        &self,
-        work: impl FnOnce(&mut dyn Store) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        read_on(&*self.readers, work)
+            .map_err(|_| StoreError::Closed)?;
+        let readers = self.readers.clone();
+        actix_rt::task::spawn_blocking(move || {
+            let _permit = permit;
+            read_on(&*readers, work)
+        })
+        .await
+        .map_err(StoreError::ReadTask)?
     }
 
     /// Subscribes to every event committed from now on.

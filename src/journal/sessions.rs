@@ -66,20 +66,22 @@ impl Journal {
     }
 
     /// Whether the session is stored and the seq of its latest interrupt request: what a
-    /// session actor loads when it starts. A short synchronous read on a pooled connection.
-    pub(crate) fn session_state_blocking(
+    /// session actor loads when it starts.
+    pub(crate) async fn session_state(
         &self,
-        id: &SessionId,
+        id: SessionId,
     ) -> Result<(bool, Option<u64>), StoreError> {
-        self.persistence.read_blocking(|conn| {
-            let exists = conn.session_exists(id)?;
-            let fence = if exists {
-                conn.latest_interrupt_seq(id)?
-            } else {
-                None
-            };
-            Ok((exists, fence))
-        })
+        self.persistence
+            .read(move |conn| {
+                let exists = conn.session_exists(&id)?;
+                let fence = if exists {
+                    conn.latest_interrupt_seq(&id)?
+                } else {
+                    None
+                };
+                Ok((exists, fence))
+            })
+            .await
     }
 
     /// Sessions matching `query`, keyset-paged.

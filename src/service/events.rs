@@ -20,7 +20,6 @@ use futures::Stream;
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use super::Sessions;
-use crate::core::Core;
 use crate::error::Result;
 use crate::event::EventRecord;
 use crate::id::SessionId;
@@ -33,7 +32,8 @@ const CLOSED_POLL: Duration = Duration::from_millis(500);
 
 /// The follower's state; moved into the in-flight future while a read is pending.
 struct Follow {
-    core: Arc<Core>,
+    /// The service the stream reads through.
+    sessions: Sessions,
     session_id: SessionId,
     /// The seq of the last event yielded (or the `after` the stream started from).
     last: Option<u64>,
@@ -59,7 +59,7 @@ impl Follow {
             }
             if self.replay {
                 let page = self
-                    .core
+                    .sessions
                     .journal
                     .events_after(self.session_id.clone(), self.last, REPLAY_PAGE)
                     .await;
@@ -78,7 +78,7 @@ impl Follow {
             }
             match tokio::time::timeout(CLOSED_POLL, self.receiver.recv()).await {
                 Err(_quiet) => {
-                    if self.core.registry.is_closed() {
+                    if self.sessions.execution.is_closed() {
                         self.closing = true;
                         self.replay = true;
                     }
@@ -219,11 +219,11 @@ impl Sessions {
     ) -> Result<SessionEvents> {
         // Subscribe first: everything committed from here on arrives live, everything before is
         // in the store when the first page is read.
-        let receiver = self.core.journal.subscribe();
+        let receiver = self.journal.subscribe();
         self.require(session_id).await?;
         Ok(SessionEvents {
             idle: Some(Follow {
-                core: self.core.clone(),
+                sessions: self.clone(),
                 session_id: session_id.clone(),
                 last: after,
                 receiver,

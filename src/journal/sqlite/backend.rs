@@ -303,6 +303,10 @@ impl Readers for SqliteReaders {
         work(&mut *conn)
     }
 
+    fn size(&self) -> usize {
+        self.0.max_size() as usize
+    }
+
     fn release_memory(&self) {
         // Hold every idle connection at once, so each is shrunk exactly once.
         let idle = self.0.state().idle_connections;
