@@ -10,6 +10,12 @@
 //!   savepoints, commit, rollback.
 //! - [`Readers`]: the pool that reads run on, off the writer.
 //!
+//! Several nodes may share one database (PostgreSQL): then a session is owned by at most one
+//! node at a time, recorded with a fencing epoch that grows with every change of owner. The
+//! ownership methods of [`Store`] say who owns a session and check a turn's epoch; on a
+//! single-node engine (SQLite, whose file one process owns) the runtime owns every session, at
+//! epoch 0, and the checks always pass.
+//!
 //! No signature mentions a driver type: the SQLite backend (`sqlite`) implements them over
 //! rusqlite; another engine implements them over its own driver and the layers above do not
 //! change.
@@ -22,6 +28,72 @@ use crate::id::{MessageId, SessionId};
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };
+
+/// Who owns a session, as [`Store::acquire`] found (and maybe changed) it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// This node owns it, with this fencing epoch (taken now, or held already).
+    Owned {
+        /// The fencing epoch: every turn write of this node carries it.
+        epoch: u64,
+    },
+    /// Another node, whose lease is live, owns it.
+    Elsewhere {
+        /// That node's id.
+        node: String,
+    },
+    /// The session is not stored.
+    Missing,
+}
+
+/// Where the wake of an admission or the interrupt of a request must be carried out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// On this node (it owns the session, or nobody live does and this node will take it).
+    Local,
+    /// On the live node that owns the session, which this transaction notified (delivered at
+    /// COMMIT).
+    Remote {
+        /// That node's id.
+        node: String,
+    },
+}
+
+/// What a request asks the owner of a session to do, when another node received it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nudge {
+    /// Wake the session for the prompt admitted at this seq.
+    Wake(u64),
+    /// Interrupt the session's running turn: a user interrupt request committed at this seq.
+    Interrupt(u64),
+}
+
+/// What the database tells a node that shares it with other nodes (PostgreSQL `NOTIFY`,
+/// delivered at the notifying transaction's COMMIT, and the node's own lease keeping).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// Another node admitted a prompt or committed an interrupt request for a session this
+    /// node owns: carry it out here.
+    Nudge {
+        /// The session.
+        session: SessionId,
+        /// What to do.
+        nudge: Nudge,
+    },
+    /// Other nodes committed events of these sessions, with these seqs (`from..=to`); read
+    /// them from the store.
+    Events(Vec<(SessionId, u64, u64)>),
+    /// Other nodes committed events of more sessions than one notification names: every live
+    /// follower re-reads its session from the store.
+    ManyEvents,
+    /// Notifications may have been missed (the listener reconnected), or another node left or
+    /// lapsed: scan the store for work this node owes (unserved intents of owned sessions,
+    /// sessions of dead nodes to take over).
+    Rescan,
+    /// This node's lease lapsed (or the database was unreachable for longer than the lease):
+    /// it no longer owns anything and must cancel its drains and forget its sessions.
+    LeaseLost,
+}
 
 /// The statements of the store, on one connection, inside the caller's transaction.
 ///
@@ -172,6 +244,23 @@ pub(crate) trait Store {
     fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError>;
     /// Releases every claimed child session; returns how many.
     fn release_child_claims(&mut self) -> Result<usize, StoreError>;
+
+    // --- ownership (several nodes over one database) --------------------------------------
+
+    /// Takes `session` for this node if no live node owns it (a new epoch), or returns the
+    /// epoch this node holds; [`Ownership::Elsewhere`] when a live node owns it. Single-node
+    /// engines: `Owned { epoch: 0 }` for every stored session.
+    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError>;
+    /// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch`; holds the
+    /// session's row until COMMIT, so no change of owner commits between the check and the
+    /// request's writes. Every write of a turn calls it first. Single-node engines: always Ok.
+    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError>;
+    /// Gives up this node's ownership of `sessions` (passivated actors, a graceful shutdown).
+    /// Claims are kept. Single-node engines: nothing.
+    fn release_ownership(&mut self, sessions: &[SessionId]) -> Result<(), StoreError>;
+    /// Where `nudge` for `session` must be carried out: here, or on the live node that owns
+    /// it, which this call notifies in the current transaction. Single-node engines: `Local`.
+    fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError>;
 
     /// The SQLite connection under this store, for the writer's unit tests (which write raw
     /// rows); `None` for another engine.

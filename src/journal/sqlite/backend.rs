@@ -8,13 +8,36 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{ReadWork, Readers, Store, WriterConnection};
+use crate::journal::backend::{
+    Nudge, Ownership, ReadWork, Readers, Route, Store, WriterConnection,
+};
 use crate::journal::sqlite::{self, Pool};
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };
 
+/// One process owns a SQLite file (its lock): it owns every session, at epoch 0.
 impl Store for Connection {
+    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
+        Ok(if sqlite::session_exists(self, session)? {
+            Ownership::Owned { epoch: 0 }
+        } else {
+            Ownership::Missing
+        })
+    }
+
+    fn check_fence(&mut self, _session: &SessionId, _epoch: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn release_ownership(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn route(&mut self, _session: &SessionId, _nudge: Nudge) -> Result<Route, StoreError> {
+        Ok(Route::Local)
+    }
+
     #[cfg(test)]
     fn as_sqlite(&mut self) -> Option<&Connection> {
         Some(self)
