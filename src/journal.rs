@@ -30,12 +30,13 @@ use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
+pub(crate) use self::backend::{Nudge, Ownership, Route};
 use self::persistence::Persistence;
 pub use self::persistence::PersistenceStats;
 pub(crate) use self::prompts::Admitted;
 pub(crate) use self::recovery::{Swept, Unfinished};
 pub use self::sessions::ClaimStats;
-pub(crate) use self::sessions::Created;
+pub(crate) use self::sessions::{Created, Loaded};
 
 pub(crate) use self::turns::Transcript;
 use crate::config::RuntimeConfig;
@@ -47,6 +48,8 @@ use crate::event::EventRecord;
 pub(crate) struct Journal {
     /// Shared, so that a clone (one per drain) is one reference count.
     persistence: Arc<Persistence>,
+    /// Several nodes share the database (ownership can change under this node).
+    shared: bool,
 }
 
 impl Journal {
@@ -72,6 +75,7 @@ impl Journal {
         )?;
         Ok(Self {
             persistence: Arc::new(persistence),
+            shared: false,
         })
     }
 

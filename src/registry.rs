@@ -133,6 +133,7 @@ impl Registry {
         let stamp = Arc::new(Stamp {
             generation,
             touched: AtomicU64::new(self.now_ms()),
+            epoch: AtomicU64::new(0),
         });
         let (env, session, shared) = (env.clone(), id.clone(), stamp.clone());
         let addr = SessionActor::start_in_arbiter(arbiter, move |_| {

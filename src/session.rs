@@ -7,6 +7,7 @@
 //! `Failed{kind: "panic"}`), and commits the terminal event (+ release, except on shutdown).
 
 pub(crate) mod coordinator;
+mod handlers;
 pub(crate) mod messages;
 
 use std::collections::VecDeque;
@@ -21,7 +22,7 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
-use self::messages::{AwaitIdle, Close, Interrupt, Passivate, Resume, Wake};
+use self::messages::Passivate;
 use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::id::SessionId;
@@ -75,6 +76,20 @@ pub(crate) struct Stamp {
     pub(crate) generation: u64,
     /// When the actor last did anything (ms since the registry started); written by the actor.
     pub(crate) touched: AtomicU64,
+    /// The fencing epoch of this node's ownership of the session (0 with a single-node store);
+    /// here rather than in the actor, which must stay small.
+    pub(crate) epoch: AtomicU64,
+}
+
+/// What the actor knows of its session's row and owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Not loaded yet, or not stored (re-read on the next message that needs it).
+    Unknown,
+    /// Stored and owned by this node, at the epoch in [`Stamp::epoch`].
+    Mine,
+    /// Stored and owned by another live node: messages are forwarded to it.
+    Elsewhere,
 }
 
 /// Why an actor asks the registry to forget it.
@@ -112,10 +127,12 @@ pub(crate) struct SessionActor {
     stamp: Arc<Stamp>,
     /// The running drain and a recovery waiting for its drain; boxed, as most actors are idle.
     running: Option<Box<Running>>,
-    /// Whether the session row exists (loaded at start, re-checked when it did not).
-    exists: bool,
+    /// Whether the session is stored and owned here (loaded at start, re-read when it was not).
+    held: Held,
     /// A drain panicked: after settling, the actor stops and is replaced.
     panicked: bool,
+    /// Another node took the session over: after settling, the actor stops and forgets it.
+    fenced: bool,
 }
 
 /// What only a session with a turn in hand carries.
@@ -149,48 +166,15 @@ impl SessionActor {
             coordinator: Coordinator::new(None),
             stamp,
             running: None,
-            exists: false,
+            held: Held::Unknown,
             panicked: false,
+            fenced: false,
         }
     }
 
-    /// Runs `then` once the actor knows its session exists: at once when it does; otherwise
-    /// after reading the store again (the session may have been created since), on the
-    /// journal's readers, holding the mailbox meanwhile (`ctx.wait`) so no later message
-    /// overtakes this one. The arbiter never blocks on the read.
-    fn when_loaded(
-        &mut self,
-        ctx: &mut Context<Self>,
-        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
-    ) {
-        if self.exists {
-            then(self, ctx);
-            return;
-        }
-        let journal = self.env.journal.clone();
-        let id = self.id.clone();
-        let load = async move { journal.session_state(id).await };
-        ctx.wait(load.into_actor(self).map(move |loaded, act, ctx| {
-            act.loaded(loaded);
-            then(act, ctx);
-        }));
-    }
-
-    /// Takes in what the actor derives from the store: whether the session exists and its
-    /// durable interrupt fence.
-    fn loaded(&mut self, loaded: Result<(bool, Option<u64>), StoreError>) {
-        match loaded {
-            Ok((exists, fence)) => {
-                self.exists = exists;
-                if let Some(seq) = fence {
-                    self.coordinator.raise_boundary(seq);
-                }
-            }
-            Err(e) => {
-                log::error!("session {}: cannot load state: {e}", self.id);
-                self.exists = false;
-            }
-        }
+    /// The fencing epoch the actor's turns write under.
+    fn epoch(&self) -> u64 {
+        self.stamp.epoch.load(Ordering::Relaxed)
     }
 
     /// Carries out the coordinator's effects, in order; effects produced while doing so are
@@ -228,7 +212,7 @@ impl SessionActor {
                     );
                 }
                 Effect::AnswerRun(reply, answer) => {
-                    let _ = reply.send(answer.map_err(|e| Error::Store(e.duplicate())));
+                    let _ = reply.send(answer.map_err(|e| Error::from(e.duplicate())));
                 }
                 Effect::AnswerIdle(reply, _) => {
                     let _ = reply.send(());
@@ -238,12 +222,15 @@ impl SessionActor {
                 }
             }
         }
-        if self.panicked && !self.coordinator.is_active() {
+        if self.fenced && !self.coordinator.is_active() {
+            log::warn!(
+                "session {}: another node took it over; forgetting it",
+                self.id
+            );
+            self.retire(Forget::Stopped, ctx);
+        } else if self.panicked && !self.coordinator.is_active() {
             log::warn!("session {}: replacing the actor after a panic", self.id);
-            self.env
-                .host
-                .forget(&self.id, self.stamp.generation, Forget::Replaced);
-            ctx.stop();
+            self.retire(Forget::Replaced, ctx);
         }
     }
 
@@ -266,12 +253,13 @@ impl SessionActor {
             return self.coordinator.started(execution, Ok(()));
         }
         let journal = self.env.journal.clone();
-        let (id, boot) = (self.id.clone(), self.env.boot.clone());
+        let (id, boot, epoch) = (self.id.clone(), self.env.boot.clone(), self.epoch());
         crash::point(crash::BEFORE_CLAIM);
-        let commit = async move { journal.claim_turn(id, boot).await };
+        let commit = async move { journal.claim_turn(id, boot, epoch).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let result = result.map_err(|e| {
                 log::error!("session {}: claim failed: {e}", act.id);
+                act.fenced |= matches!(e, StoreError::Fenced { .. });
                 let exit = Exit::Failure(RunError::Other(format!("claim failed: {e}")));
                 act.running.get_or_insert_with(Box::default).claim_failed = Some(Arc::new(e));
                 exit
@@ -299,7 +287,13 @@ impl SessionActor {
             (Mode::Run, None) => TurnCause::Resume,
             (Mode::Wake, _) => TurnCause::Wake { seq: wake_seq },
         };
-        let turn = Turn::new(self.env.journal.clone(), self.id.clone(), cause, wake_seq);
+        let turn = Turn::new(
+            self.env.journal.clone(),
+            self.id.clone(),
+            cause,
+            wake_seq,
+            self.epoch(),
+        );
         let runner = self.env.runner.clone();
         let future = DropSafe(Some(
             AssertUnwindSafe(async move { runner.drain(turn).await })
@@ -355,11 +349,17 @@ impl SessionActor {
                 reason: crate::outcome::InterruptReason::Shutdown
             }
         );
-        let settled = terminal.clone();
-        let commit = async move { journal.settle_turn(id, settled).await };
+        let (settled, epoch) = (terminal.clone(), self.epoch());
+        let commit = async move { journal.settle_turn(id, settled, epoch).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let (result, next) = match result {
                 Ok(next) => (Ok(()), next),
+                Err(e @ StoreError::Fenced { .. }) => {
+                    // Another node owns the turn now: it records how the turn ends.
+                    log::warn!("session {}: fenced: {e}", act.id);
+                    act.fenced = true;
+                    (Err(Arc::new(e)), None)
+                }
                 Err(e) if best_effort => {
                     log::warn!("session {}: could not record shutdown: {e}", act.id);
                     (Ok(()), None)
@@ -458,81 +458,6 @@ impl Handler<Passivate> for SessionActor {
                 .forget(&self.id, self.stamp.generation, Forget::Passivated);
             ctx.stop();
         }
-    }
-}
-
-impl Handler<Wake> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
-        self.when_loaded(ctx, move |act, ctx| {
-            if !act.exists {
-                log::debug!("session {}: wake for an unknown session dropped", act.id);
-                return;
-            }
-            let effects = act.coordinator.wake(msg.seq);
-            act.apply(effects, ctx);
-        });
-    }
-}
-
-impl Handler<Resume> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
-        self.when_loaded(ctx, move |act, ctx| act.resume(msg, ctx));
-    }
-}
-
-impl SessionActor {
-    /// Runs a forced turn (or joins the running one); with `recovery`, the turn the restart
-    /// sweep claimed.
-    fn resume(&mut self, msg: Resume, ctx: &mut Context<Self>) {
-        if !self.exists {
-            let _ = msg.reply.send(Err(Error::NotFound {
-                session_id: self.id.clone(),
-            }));
-            return;
-        }
-        let effects = self.coordinator.run(msg.reply);
-        if let Some(resumption) = msg.recovery {
-            self.running.get_or_insert_with(Box::default).recovery = Some(resumption);
-        }
-        self.apply(effects, ctx);
-        // Only a turn this resume started uses the sweep's claim (it may have joined one).
-        if let Some(running) = self.running.as_mut() {
-            running.recovery = None;
-            if running.drain.is_none() {
-                self.running = None;
-            }
-        }
-    }
-}
-
-impl Handler<Interrupt> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Interrupt, ctx: &mut Self::Context) {
-        let effects = self.coordinator.interrupt(msg.seq, msg.reason, msg.reply);
-        self.apply(effects, ctx);
-    }
-}
-
-impl Handler<AwaitIdle> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AwaitIdle, ctx: &mut Self::Context) {
-        let effects = self.coordinator.await_idle(msg.reply);
-        self.apply(effects, ctx);
-    }
-}
-
-impl Handler<Close> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, _: Close, ctx: &mut Self::Context) {
-        let effects = self.coordinator.close();
-        self.apply(effects, ctx);
     }
 }
 

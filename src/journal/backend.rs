@@ -30,6 +30,7 @@ use crate::records::{
 };
 
 /// Who owns a session, as [`Store::acquire`] found (and maybe changed) it.
+#[allow(dead_code)] // the multi-node variants are built by the PostgreSQL backend
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Ownership {
     /// This node owns it, with this fencing epoch (taken now, or held already).
@@ -47,6 +48,7 @@ pub(crate) enum Ownership {
 }
 
 /// Where the wake of an admission or the interrupt of a request must be carried out.
+#[allow(dead_code)] // the multi-node variants are built by the PostgreSQL backend
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Route {
     /// On this node (it owns the session, or nobody live does and this node will take it).
@@ -70,6 +72,7 @@ pub(crate) enum Nudge {
 
 /// What the database tells a node that shares it with other nodes (PostgreSQL `NOTIFY`,
 /// delivered at the notifying transaction's COMMIT, and the node's own lease keeping).
+#[allow(dead_code)] // the multi-node variants are built by the PostgreSQL backend
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Signal {
     /// Another node admitted a prompt or committed an interrupt request for a session this
@@ -257,6 +260,7 @@ pub(crate) trait Store {
     fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError>;
     /// Gives up this node's ownership of `sessions` (passivated actors, a graceful shutdown).
     /// Claims are kept. Single-node engines: nothing.
+    #[allow(dead_code)] // called by the multi-node runtime
     fn release_ownership(&mut self, sessions: &[SessionId]) -> Result<(), StoreError>;
     /// Where `nudge` for `session` must be carried out: here, or on the live node that owns
     /// it, which this call notifies in the current transaction. Single-node engines: `Local`.

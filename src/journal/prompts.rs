@@ -3,6 +3,7 @@
 
 use serde_json::Value;
 
+use super::backend::{Nudge, Ownership, Route, Store};
 use super::Journal;
 use crate::error::StoreError;
 use crate::event::{kind, EventRecord, SessionEvent};
@@ -32,6 +33,20 @@ const INBOX_AND_TRANSCRIPT: &[&str] = &[
     kind::MESSAGE_APPENDED,
 ];
 
+/// Where `nudge` for `session` is carried out, decided in the request's transaction: here when
+/// this node owns the session (taking it when no live node does), else on the live node that
+/// owns it, which the store notifies at COMMIT.
+fn here_or_owner(
+    store: &mut dyn Store,
+    session: &SessionId,
+    nudge: Nudge,
+) -> Result<Route, StoreError> {
+    match store.acquire(session)? {
+        Ownership::Elsewhere { .. } => store.route(session, nudge),
+        Ownership::Owned { .. } | Ownership::Missing => Ok(Route::Local),
+    }
+}
+
 /// Whether a stored admission is what this request would have admitted: same session, same
 /// delivery, same prompt JSON.
 fn equivalent(stored: &Admission, session: &SessionId, prompt: &Value, delivery: Delivery) -> bool {
@@ -52,56 +67,67 @@ impl Journal {
         prompt: Value,
         delivery: Delivery,
         resume: bool,
-    ) -> Result<Admitted, StoreError> {
+    ) -> Result<(Admitted, Route), StoreError> {
         let owner = session.clone();
+        let shared = self.shared;
         let admitted = self
             .persistence
             .write(move |w| {
                 let conn = w.store();
                 if !conn.session_exists(&session)? {
-                    return Ok(Admitted::NoSession);
+                    return Ok((Admitted::NoSession, Route::Local));
                 }
                 if let Some(stored) = conn.get_input(&id)? {
                     if !equivalent(&stored, &session, &prompt, delivery) {
-                        return Ok(Admitted::Conflict(stored.session_id));
+                        return Ok((Admitted::Conflict(stored.session_id), Route::Local));
                     }
                     let fenced = conn
                         .latest_interrupt_seq(&session)?
                         .is_some_and(|fence| stored.admitted_seq <= fence);
+                    let mut route = Route::Local;
                     if resume && stored.promoted_seq.is_none() && !fenced {
                         conn.mark_wake(&id)?;
+                        if shared {
+                            route =
+                                here_or_owner(conn, &session, Nudge::Wake(stored.admitted_seq))?;
+                        }
                     }
-                    return Ok(Admitted::Retried(stored));
+                    return Ok((Admitted::Retried(stored), route));
                 }
                 if let Some(owner) = conn.transcript_owner(&id)? {
-                    return Ok(Admitted::Conflict(owner));
+                    return Ok((Admitted::Conflict(owner), Route::Local));
                 }
                 let (admission, event) =
                     conn.admit(&session, &id, &prompt, delivery, super::now_ms())?;
+                let mut route = Route::Local;
                 if resume {
                     conn.mark_wake(&id)?;
+                    if shared {
+                        route = here_or_owner(conn, &session, Nudge::Wake(admission.admitted_seq))?;
+                    }
                 }
                 if let Some(event) = event {
                     crate::crash::point(crate::crash::DURING_ADMISSION);
                     w.record(event);
                 }
-                Ok(Admitted::New(admission))
+                Ok((Admitted::New(admission), route))
             })
             .await;
         match admitted {
-            Err(StoreError::Conflict(_)) => Ok(Admitted::Conflict(owner)),
+            Err(StoreError::Conflict(_)) => Ok((Admitted::Conflict(owner), Route::Local)),
             other => other,
         }
     }
 
     /// Commits `session.interrupt.requested` (data `{"sessionID"}`) and drops the wake marks
-    /// of every pending input (the request fences them all). Returns the request's seq and
-    /// whether a turn held the claim, or `None` (nothing written) when the session is not
-    /// stored.
+    /// of every pending input (the request fences them all). Returns the request's seq,
+    /// whether a turn held the claim and where the interrupt is to be carried out, or `None`
+    /// (nothing written) when the session is not stored.
     pub(crate) async fn request_interrupt(
         &self,
         session: SessionId,
-    ) -> Result<Option<(u64, bool)>, StoreError> {
+    ) -> Result<Option<(u64, bool, Route)>, StoreError> {
+        let shared = self.shared;
         self.persistence
             .write(move |w| {
                 let Some(claim) = w.store().claim_state(&session)? else {
@@ -112,7 +138,12 @@ impl Journal {
                 };
                 let seq = w.append(&session, &request)?.seq;
                 w.store().clear_wakes(&session)?;
-                Ok(Some((seq, claim.time_suspended.is_some())))
+                let route = if shared {
+                    here_or_owner(w.store(), &session, Nudge::Interrupt(seq))?
+                } else {
+                    Route::Local
+                };
+                Ok(Some((seq, claim.time_suspended.is_some(), route)))
             })
             .await
     }

@@ -1,5 +1,6 @@
 //! Sessions: creating them, reading and listing their rows, and claim counts.
 
+use super::backend::{Nudge, Ownership, Store};
 use super::Journal;
 use crate::error::StoreError;
 use crate::id::SessionId;
@@ -14,6 +15,15 @@ pub(crate) enum Created {
     Existing(SessionInfo),
     /// The parent the new session names is not stored; nothing was written.
     NoParent(SessionId),
+}
+
+/// What [`Journal::load_session`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Loaded {
+    /// Who owns the session (`Missing` when it is not stored).
+    pub(crate) ownership: Ownership,
+    /// The seq of its latest interrupt request.
+    pub(crate) fence: Option<u64>,
 }
 
 /// How many sessions hold a claim and how old the oldest claim is.
@@ -65,21 +75,43 @@ impl Journal {
             .await
     }
 
-    /// Whether the session is stored and the seq of its latest interrupt request: what a
-    /// session actor loads when it starts.
-    pub(crate) async fn session_state(
+    /// What a session actor loads when it starts: whether the session is stored, who owns it
+    /// (taking it for this node when no live node does), and the seq of its latest interrupt
+    /// request. A read when one process owns the database; a write (the ownership may change)
+    /// when several nodes share it.
+    pub(crate) async fn load_session(&self, id: SessionId) -> Result<Loaded, StoreError> {
+        let load = move |store: &mut dyn Store| {
+            let ownership = store.acquire(&id)?;
+            let fence = match ownership {
+                Ownership::Missing => None,
+                _ => store.latest_interrupt_seq(&id)?,
+            };
+            Ok(Loaded { ownership, fence })
+        };
+        if self.shared {
+            self.persistence.write(move |w| load(w.store())).await
+        } else {
+            self.persistence.read(load).await
+        }
+    }
+
+    /// Carries `nudge` to the owner of `session`, for an actor that found another live node
+    /// owning it: in one transaction, takes the session for this node if no live node owns it
+    /// any more (then returns the new epoch: carry the nudge out here), or has the owner
+    /// notified at COMMIT (`None`). `None` as well when the session is not stored.
+    pub(crate) async fn forward(
         &self,
-        id: SessionId,
-    ) -> Result<(bool, Option<u64>), StoreError> {
+        session: SessionId,
+        nudge: Nudge,
+    ) -> Result<Option<u64>, StoreError> {
         self.persistence
-            .read(move |conn| {
-                let exists = conn.session_exists(&id)?;
-                let fence = if exists {
-                    conn.latest_interrupt_seq(&id)?
-                } else {
-                    None
-                };
-                Ok((exists, fence))
+            .write(move |w| match w.store().acquire(&session)? {
+                Ownership::Owned { epoch } => Ok(Some(epoch)),
+                Ownership::Elsewhere { .. } => {
+                    w.store().route(&session, nudge)?;
+                    Ok(None)
+                }
+                Ownership::Missing => Ok(None),
             })
             .await
     }

@@ -1,6 +1,10 @@
 //! What a turn writes and reads: its claim, promotions, messages and events, its settlement,
 //! and the reads of the log and the transcript.
 //!
+//! Every write of a turn carries the fencing epoch its session actor holds and checks it first,
+//! in the same transaction (`Store::check_fence`): a node another node took the session from
+//! writes nothing more to it.
+//!
 //! A turn is claimed in one place ([`Journal::claim_turn`]: `session.execution.started`, whose
 //! projection takes the claim) and released in one place ([`Journal::settle_turn`]: the
 //! terminal event, whose projection releases the claim unless the turn was interrupted by a
@@ -54,9 +58,11 @@ impl Journal {
         &self,
         session: SessionId,
         boot: String,
+        epoch: u64,
     ) -> Result<(), StoreError> {
         self.persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
                 crate::crash::point(crate::crash::DURING_CLAIM);
                 Ok(())
@@ -73,10 +79,12 @@ impl Journal {
         &self,
         session: SessionId,
         terminal: Terminal,
+        epoch: u64,
     ) -> Result<Option<u64>, StoreError> {
         let event = SessionEvent::terminal(&terminal);
         self.persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 let next = if event.releases_claim() {
                     w.store().settle(&session)?
                 } else {
@@ -95,9 +103,11 @@ impl Journal {
         &self,
         session: SessionId,
         cutoff: Option<u64>,
+        epoch: u64,
     ) -> Result<Vec<Admission>, StoreError> {
         self.persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 let promoted = w.store().promote_steer(&session, cutoff, super::now_ms())?;
                 if !promoted.is_empty() {
                     crate::crash::point(crate::crash::DURING_PROMOTION);
@@ -117,9 +127,11 @@ impl Journal {
     pub(crate) async fn promote_queue(
         &self,
         session: SessionId,
+        epoch: u64,
     ) -> Result<Option<Admission>, StoreError> {
         self.persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 let promoted = w.store().promote_queue(&session, super::now_ms())?;
                 if promoted.is_some() {
                     crate::crash::point(crate::crash::DURING_PROMOTION);
@@ -139,11 +151,13 @@ impl Journal {
         session: SessionId,
         kind: String,
         data: Value,
+        epoch: u64,
     ) -> Result<MessageId, StoreError> {
         let message = MessageId::generate();
         let id = message.clone();
         self.persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 let event =
                     w.store()
                         .append_message(&session, &id, &kind, &data, super::now_ms())?;
@@ -160,9 +174,13 @@ impl Journal {
         session: SessionId,
         name: String,
         data: Value,
+        epoch: u64,
     ) -> Result<EventRecord, StoreError> {
         self.persistence
-            .write(move |w| w.publish(&session, &name, &data))
+            .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
+                w.publish(&session, &name, &data)
+            })
             .await
     }
 

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
 use crate::id::SessionId;
+use crate::journal::Route;
 use crate::outcome::Terminal;
 
 impl Sessions {
@@ -56,6 +57,12 @@ impl Sessions {
         actix_rt::spawn(async move {
             let request = this.journal.request_interrupt(id.clone()).await?;
             crate::crash::point(crate::crash::AFTER_INTERRUPT_REQUEST);
+            if let Some((_, claimed, Route::Remote { .. })) = request {
+                // Another node owns the session: the store notified it, and it interrupts the
+                // turn. The request is durable either way.
+                return Ok(claimed);
+            }
+            let request = request.map(|(seq, claimed, _)| (seq, claimed));
             match (
                 this.execution().interrupt(&id, request.map(|r| r.0)).await,
                 request,

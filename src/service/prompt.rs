@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{validate, Sessions};
 use crate::error::{Error, Result};
 use crate::id::{MessageId, SessionId};
-use crate::journal::Admitted;
+use crate::journal::{Admitted, Route};
 use crate::records::{Admission, Delivery, Reprojection};
 
 /// What [`Sessions::prompt`] takes.
@@ -131,12 +131,14 @@ impl Sessions {
                 resume,
             )
             .await?;
+        let (admitted, route) = admitted;
         let admission = match admitted {
             Admitted::New(admission) | Admitted::Retried(admission) => admission,
             Admitted::Conflict(owner) => return Err(conflict(owner, &message_id)),
             Admitted::NoSession => return Err(Error::NotFound { session_id }),
         };
-        if resume {
+        // With several nodes, a session another node owns was woken there, by the store.
+        if resume && route == Route::Local {
             crate::crash::point(crate::crash::AFTER_ADMISSION_BEFORE_WAKE);
             let woken = self
                 .execution()
