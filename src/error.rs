@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::id::{MessageId, SessionId};
+use crate::id::{InvalidId, MessageId, SessionId};
 
 /// A `Result` whose error defaults to the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -194,6 +194,15 @@ impl Error {
         Error::InvalidInput {
             field,
             reason: reason.into(),
+        }
+    }
+}
+
+impl From<InvalidId> for Error {
+    fn from(e: InvalidId) -> Self {
+        Error::InvalidInput {
+            field: e.field,
+            reason: e.reason,
         }
     }
 }

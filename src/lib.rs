@@ -202,7 +202,7 @@ pub use event::{
     RESTART_NOTICE_TEXT,
 };
 pub use execution::Execution;
-pub use id::{MessageId, SessionId, MAX_ID_BYTES};
+pub use id::{InvalidId, MessageId, SessionId, MAX_ID_BYTES};
 pub use journal::{ClaimStats, PersistenceStats};
 pub use outcome::{InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal};
 pub use records::{
