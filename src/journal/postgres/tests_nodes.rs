@@ -312,3 +312,78 @@ fn notifications_decode_into_signals() {
     assert_eq!(decode("me", "ds_events", "not json"), None);
     assert_eq!(decode("me", "elsewhere", "{}"), None);
 }
+
+/// A node that cannot reach the database for a whole lease reports its lease lost.
+#[test]
+fn an_unreachable_database_loses_the_lease() -> Result<(), StoreError> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(StoreError::WriterThread)?
+        .port();
+    let cfg = PgConfig {
+        lease: Duration::from_millis(600),
+        ..PgConfig::new(format!("postgres://postgres@127.0.0.1:{port}/none"), "lost")
+    };
+    let node = super::Node::start(&cfg)?;
+    let mut rx = node.take_signals().ok_or(StoreError::Closed)?;
+    let lost = wait_for(&mut rx, Duration::from_secs(5), |s| *s == Signal::LeaseLost);
+    assert_eq!(lost, Some(Signal::LeaseLost));
+    Ok(())
+}
+
+/// The listener reconnects after losing its connection, asks for a rescan (it may have missed
+/// notifications), and hears events again; the writer reconnects at its next batch.
+#[test]
+fn the_listener_reconnects_and_asks_for_a_rescan() -> Result<(), StoreError> {
+    let Some(db) = pg_db("relisten") else {
+        return Ok(());
+    };
+    let (mut a, _a_rx) = node(&config(&db, "a"))?;
+    let (mut b, mut b_rx) = node(&config(&db, "b"))?;
+    let any = Duration::from_secs(5);
+    assert!(wait_for(&mut b_rx, any, |s| *s == Signal::Rescan).is_some());
+    let mut admin = pg_conn(&db, "admin")?;
+    admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'durable-sessions b' AND datname = current_database()",
+        &[],
+    )?;
+    assert_eq!(
+        wait_for(&mut b_rx, any, |s| *s == Signal::Rescan),
+        Some(Signal::Rescan)
+    );
+    commit(&mut a, |s| {
+        s.publish(&sid("s"), "custom.kind", &json!({}), 1)
+    })?;
+    assert_eq!(
+        wait_for(&mut b_rx, any, |s| matches!(s, Signal::Events(_))),
+        Some(Signal::Events(vec![(sid("s"), 0, 0)]))
+    );
+    // b's writer lost its connection too: the first batch may fail, the next one works.
+    if commit(&mut b, |s| {
+        s.publish(&sid("s"), "custom.kind", &json!({}), 2)
+    })
+    .is_err()
+    {
+        commit(&mut b, |s| {
+            s.publish(&sid("s"), "custom.kind", &json!({}), 2)
+        })?;
+    }
+    // b's readers' pool replaces its broken connections.
+    let mut seqs = Vec::new();
+    for _ in 0..3 {
+        let read = b.readers.read(&mut |store| {
+            seqs = store
+                .events_after(&sid("s"), None, 10)?
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            Ok(())
+        });
+        if read.is_ok() {
+            break;
+        }
+    }
+    assert_eq!(seqs, [0, 1]);
+    Ok(())
+}
