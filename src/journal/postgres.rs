@@ -84,6 +84,8 @@ mod store;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_journal;
+#[cfg(test)]
 mod tests_nodes;
 #[cfg(test)]
 mod tests_own;
