@@ -20,6 +20,8 @@
 mod backend;
 pub(crate) mod inspect;
 mod persistence;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 mod prompts;
 mod recovery;
 mod sessions;
