@@ -49,7 +49,11 @@ USAGE:
 
 OPTIONS:
     --addr <host:port>            address to bind [default: 127.0.0.1:8080]
-    --db <path>                   SQLite file [default: ./durable-sessions.db]
+    --db <path|url>               SQLite file [default: ./durable-sessions.db], or a
+                                  postgres://… URL shared by several nodes (built with
+                                  `--features postgres`)
+    --node-name <name>            this node's name, with PostgreSQL [default: host-pid]
+    --lease-ms <ms>               this node's lease, with PostgreSQL [default: 10000]
     --token <token>               require `Authorization: Bearer <token>` on every route but
                                   /healthz [env: DURABLE_SESSIONS_TOKEN]
     --max-resume-attempts <n>     restart-resumes per turn before it is aborted [default: 10]
@@ -64,6 +68,8 @@ type Fallible<T = ()> = Result<T, Box<dyn std::error::Error>>;
 struct Args {
     addr: String,
     db: PathBuf,
+    node_name: Option<String>,
+    lease: Duration,
     token: Option<String>,
     max_resume_attempts: u32,
     word_delay: Duration,
@@ -74,6 +80,8 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Option<Args>, St
     let mut args = Args {
         addr: "127.0.0.1:8080".into(),
         db: PathBuf::from("durable-sessions.db"),
+        node_name: None,
+        lease: Duration::from_secs(10),
         token: std::env::var("DURABLE_SESSIONS_TOKEN")
             .ok()
             .filter(|t| !t.is_empty()),
@@ -97,6 +105,11 @@ fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Option<Args>, St
         match flag.as_str() {
             "--addr" => args.addr = value()?,
             "--db" => args.db = PathBuf::from(value()?),
+            "--node-name" => args.node_name = Some(value()?),
+            "--lease-ms" => {
+                let ms: u64 = value()?.parse().map_err(|e| format!("--lease-ms: {e}"))?;
+                args.lease = Duration::from_millis(ms);
+            }
             "--token" => args.token = Some(value()?).filter(|t| !t.is_empty()),
             "--max-resume-attempts" => {
                 args.max_resume_attempts = value()?
@@ -306,8 +319,11 @@ fn listen_on(addr: &str) -> Fallible<Vec<TcpListener>> {
 
 async fn run(args: Args) -> Fallible {
     let listeners = listen_on(&args.addr)?;
-    let runtime = Runtime::builder()
-        .database(&args.db)
+    let mut builder = Runtime::builder().database(&args.db).lease(args.lease);
+    if let Some(name) = &args.node_name {
+        builder = builder.node_name(name);
+    }
+    let runtime = builder
         .runner(EchoAgent {
             word_delay: args.word_delay,
         })

@@ -173,6 +173,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 
+mod cluster;
 mod config;
 #[doc(hidden)]
 pub mod crash;

@@ -271,6 +271,18 @@ impl Registry {
         actors.values().map(|e| e.addr.clone()).collect()
     }
 
+    /// This node lost its lease (several nodes sharing a database): every live actor stops at
+    /// once without recording anything; the nodes that take its sessions over resume them.
+    pub(crate) fn fence_all(&self) {
+        let actors: Vec<_> = lock(&self.actors)
+            .values()
+            .map(|e| e.addr.clone())
+            .collect();
+        for addr in actors {
+            addr.do_send(crate::session::messages::Fence);
+        }
+    }
+
     /// Whether `close` was called.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)

@@ -40,8 +40,33 @@ impl std::fmt::Debug for RuntimeBuilder {
 impl RuntimeBuilder {
     /// The SQLite file (created when missing). Default `./durable-sessions.db`. The runtime owns
     /// it through an exclusive lock on the sidecar file `<path>.lock` (kept on disk).
+    ///
+    /// With the `postgres` feature, a `postgres://…` URL selects PostgreSQL instead (see
+    /// [`RuntimeBuilder::postgres`]).
     pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.database = path.into();
+        self
+    }
+
+    /// A PostgreSQL database (feature `postgres`), e.g.
+    /// `postgres://user:password@host:5432/db`: several runtimes (nodes) may share it. Each node
+    /// holds a lease it renews; each live session is owned by one node at a time, with a
+    /// fencing epoch every write of a turn is checked against; a dead node's turns resume on a
+    /// live node within the lease and one takeover tick.
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.config.database = PathBuf::from(url.into());
+        self
+    }
+
+    /// This node's name, shown to operators (PostgreSQL only). Default: host name and pid.
+    pub fn node_name(mut self, name: impl Into<String>) -> Self {
+        self.config.node_name = Some(name.into());
+        self
+    }
+
+    /// How long this node's lease lasts unless renewed (PostgreSQL only). Default 10 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
         self
     }
 
@@ -141,8 +166,13 @@ impl RuntimeBuilder {
             .ok_or_else(|| Error::Config("a runner is required".into()))?;
         // Before anything opens the database: a second runtime must not migrate it, nor sweep
         // the claims of the live one.
-        let owner = OwnerLock::acquire(&config.database)?;
-        let journal = Journal::open(&config)?;
+        let owner = match config.postgres_url() {
+            // Nodes sharing a PostgreSQL database coordinate through it: leases and fencing.
+            Some(_) => None,
+            None => Some(OwnerLock::acquire(&config.database)?),
+        };
+        let boot = uuid::Uuid::now_v7().simple().to_string();
+        let journal = Journal::open(&config, &boot)?;
         let arbiters: Vec<Arbiter> = (0..config.arbiters).map(|_| Arbiter::new()).collect();
         let registry = Arc::new(Registry::new(
             arbiters.iter().map(Arbiter::handle).collect(),
@@ -150,7 +180,7 @@ impl RuntimeBuilder {
         let env = Arc::new(Environment {
             journal: journal.clone(),
             runner,
-            boot: uuid::Uuid::now_v7().simple().to_string(),
+            boot,
             idle_timeout: config.idle_timeout,
             host: registry.clone(),
         });
@@ -170,11 +200,17 @@ impl RuntimeBuilder {
                 registry,
                 env,
                 config: Arc::new(config),
-                owner: Mutex::new(Some(owner)),
+                owner: Mutex::new(owner),
                 supervisor,
                 arbiters,
             }),
         };
+        crate::cluster::start(
+            runtime.inner.registry.clone(),
+            runtime.inner.env.clone(),
+            runtime.inner.config.max_resume_attempts,
+            runtime.inner.config.lease,
+        );
         if runtime.inner.config.sweep_on_start {
             let report = runtime.resume_suspended_sessions().await?;
             log::info!(
@@ -333,6 +369,8 @@ impl Runtime {
                 self.inner.registry.active().len()
             );
         }
+        // With several nodes: hand this node's sessions over at once (claims kept).
+        self.inner.journal.leave().await;
         self.inner.supervisor.do_send(StopSupervisor);
         for arbiter in &self.inner.arbiters {
             arbiter.stop();

@@ -453,6 +453,17 @@ impl Handler<Passivate> for SessionActor {
         if self.coordinator.is_quiescent() && self.env.host.now_ms().saturating_sub(last) >= idle_ms
         {
             log::debug!("session {}: passivating after {idle:?} idle", self.id);
+            if self.env.journal.is_shared() {
+                // Queued before the entry is forgotten, so a new actor of the session takes it
+                // again only after this release.
+                let released = self.env.journal.release_ownership(self.id.clone());
+                let id = self.id.clone();
+                actix_rt::spawn(async move {
+                    if let Err(e) = released.await {
+                        log::warn!("session {id}: cannot release its ownership: {e}");
+                    }
+                });
+            }
             self.env
                 .host
                 .forget(&self.id, self.stamp.generation, Forget::Passivated);

@@ -234,7 +234,25 @@ impl Persistence {
         self.submit(work, true).await
     }
 
-    async fn submit<T, F>(&self, work: F, alone: bool) -> Result<T, StoreError>
+    /// Like [`Persistence::write`], but queued at once, when called rather than when first
+    /// polled: a write the caller must have ordered before what it does next (the writer
+    /// serves its mailbox in order).
+    pub(crate) fn write_now<T, F>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = Result<T, StoreError>> + use<T, F>
+    where
+        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.submit(work, false)
+    }
+
+    fn submit<T, F>(
+        &self,
+        work: F,
+        alone: bool,
+    ) -> impl std::future::Future<Output = Result<T, StoreError>> + use<T, F>
     where
         F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
@@ -246,10 +264,21 @@ impl Persistence {
             reply,
             alone,
         };
-        self.mailbox
+        let sent = self
+            .mailbox
             .send(Msg::Job(Box::new(job)))
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+            .map_err(|_| StoreError::Closed);
+        async move {
+            sent?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        }
+    }
+
+    /// Publishes events other nodes committed on this node's bus, as if committed here.
+    pub(crate) fn rebroadcast(&self, events: Vec<EventRecord>) {
+        for event in events {
+            let _ = self.bus.send(Arc::new(event));
+        }
     }
 
     /// Runs `work` on a pooled connection on a blocking thread, not behind the writer.

@@ -69,8 +69,9 @@ impl Journal {
         resume: bool,
     ) -> Result<(Admitted, Route), StoreError> {
         let owner = session.clone();
-        let shared = self.shared;
+        let shared = self.inner.shared;
         let admitted = self
+            .inner
             .persistence
             .write(move |w| {
                 let conn = w.store();
@@ -127,8 +128,9 @@ impl Journal {
         &self,
         session: SessionId,
     ) -> Result<Option<(u64, bool, Route)>, StoreError> {
-        let shared = self.shared;
-        self.persistence
+        let shared = self.inner.shared;
+        self.inner
+            .persistence
             .write(move |w| {
                 let Some(claim) = w.store().claim_state(&session)? else {
                     return Ok(None);
@@ -155,7 +157,8 @@ impl Journal {
         session: SessionId,
         model: Value,
     ) -> Result<Option<EventRecord>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 if !w.store().session_exists(&session)? {
                     return Ok(None);
@@ -179,7 +182,8 @@ impl Journal {
         &self,
         session: SessionId,
     ) -> Result<Option<Reprojection>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 let conn = w.store();
                 if !conn.session_exists(&session)? {

@@ -47,7 +47,8 @@ impl Journal {
     /// Releases every claimed child session (children are never resumed on their own); returns
     /// how many.
     pub(crate) async fn release_child_claims(&self) -> Result<usize, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(|w| w.store().release_child_claims())
             .await
     }
@@ -55,7 +56,8 @@ impl Journal {
     /// The sessions a previous process left behind: claimed by a boot other than `boot`, or
     /// owed a turn.
     pub(crate) async fn recovery_plan(&self, boot: String) -> Result<RecoveryPlan, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| {
                 Ok(RecoveryPlan {
                     claimed: conn.list_claimed(Some(&boot))?,
@@ -76,7 +78,8 @@ impl Journal {
     ) -> Result<Vec<Unfinished>, StoreError> {
         // Alone: a savepoint around 10,000 rows would copy every page it touches to the
         // statement journal.
-        self.persistence
+        self.inner
+            .persistence
             .write_alone(move |w| {
                 let mut counted = Vec::with_capacity(claimed.len());
                 for id in claimed {
@@ -96,7 +99,8 @@ impl Journal {
         max: u32,
         boot: String,
     ) -> Result<Vec<Swept>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write_alone(move |w| {
                 let started = SessionEvent::ExecutionStarted { boot };
                 let mut swept = Vec::with_capacity(chunk.len());

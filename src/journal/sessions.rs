@@ -40,7 +40,8 @@ impl Journal {
     /// of one id yield one row, one `session.created` event, and exactly one [`Created::New`].
     /// The parent is checked only for a new session.
     pub(crate) async fn create_session(&self, info: SessionInfo) -> Result<Created, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 if let Some(existing) = w.store().get_session(&info.id)? {
                     return Ok(Created::Existing(existing));
@@ -62,7 +63,8 @@ impl Journal {
     /// The stored session, if any.
     pub(crate) async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         let key = id.clone();
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| conn.get_session(&key))
             .await
     }
@@ -70,7 +72,8 @@ impl Journal {
     /// Whether the session is stored.
     pub(crate) async fn session_exists(&self, id: &SessionId) -> Result<bool, StoreError> {
         let key = id.clone();
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| conn.session_exists(&key))
             .await
     }
@@ -88,10 +91,10 @@ impl Journal {
             };
             Ok(Loaded { ownership, fence })
         };
-        if self.shared {
-            self.persistence.write(move |w| load(w.store())).await
+        if self.inner.shared {
+            self.inner.persistence.write(move |w| load(w.store())).await
         } else {
-            self.persistence.read(load).await
+            self.inner.persistence.read(load).await
         }
     }
 
@@ -104,7 +107,8 @@ impl Journal {
         session: SessionId,
         nudge: Nudge,
     ) -> Result<Option<u64>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| match w.store().acquire(&session)? {
                 Ownership::Owned { epoch } => Ok(Some(epoch)),
                 Ownership::Elsewhere { .. } => {
@@ -121,7 +125,8 @@ impl Journal {
         &self,
         query: ListQuery,
     ) -> Result<Vec<SessionInfo>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| conn.list_sessions(&query))
             .await
     }
@@ -129,6 +134,7 @@ impl Journal {
     /// How many sessions hold a claim, and the age of the oldest claim at `now`.
     pub(crate) async fn claim_stats(&self, now: i64) -> Result<ClaimStats, StoreError> {
         let (claimed, oldest): (i64, Option<i64>) = self
+            .inner
             .persistence
             .read(move |conn| conn.claim_counts(now))
             .await?;

@@ -60,7 +60,8 @@ impl Journal {
         boot: String,
         epoch: u64,
     ) -> Result<(), StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
@@ -82,7 +83,8 @@ impl Journal {
         epoch: u64,
     ) -> Result<Option<u64>, StoreError> {
         let event = SessionEvent::terminal(&terminal);
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 let next = if event.releases_claim() {
@@ -105,7 +107,8 @@ impl Journal {
         cutoff: Option<u64>,
         epoch: u64,
     ) -> Result<Vec<Admission>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 let promoted = w.store().promote_steer(&session, cutoff, super::now_ms())?;
@@ -129,7 +132,8 @@ impl Journal {
         session: SessionId,
         epoch: u64,
     ) -> Result<Option<Admission>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 let promoted = w.store().promote_queue(&session, super::now_ms())?;
@@ -155,7 +159,8 @@ impl Journal {
     ) -> Result<MessageId, StoreError> {
         let message = MessageId::generate();
         let id = message.clone();
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 let event =
@@ -176,7 +181,8 @@ impl Journal {
         data: Value,
         epoch: u64,
     ) -> Result<EventRecord, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 w.publish(&session, &name, &data)
@@ -186,7 +192,8 @@ impl Journal {
 
     /// The session's pending inputs, in admission order.
     pub(crate) async fn pending(&self, session: SessionId) -> Result<Vec<Admission>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| conn.pending_inputs(&session))
             .await
     }
@@ -198,14 +205,16 @@ impl Journal {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| conn.events_after(&session, after, limit))
             .await
     }
 
     /// The whole transcript of `session` in seq order (empty for an unknown session).
     pub(crate) async fn context(&self, session: SessionId) -> Result<Vec<Message>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| conn.context(&session))
             .await
     }
@@ -215,7 +224,8 @@ impl Journal {
         &self,
         session: SessionId,
     ) -> Result<Transcript<Vec<Message>>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| read_transcript(conn, &session, |conn| conn.context(&session)))
             .await
     }
@@ -225,7 +235,8 @@ impl Journal {
         &self,
         query: MessagesQuery,
     ) -> Result<Transcript<Vec<Message>>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| {
                 read_transcript(conn, &query.session_id, |conn| conn.messages(&query))
             })
@@ -239,7 +250,8 @@ impl Journal {
         session: SessionId,
         message: MessageId,
     ) -> Result<Transcript<Option<Message>>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| match conn.get_message(&session, &message) {
                 Ok(found) => Ok(Transcript::Found(found)),
                 Err(StoreError::Json(_)) => Ok(Transcript::Undecodable(message)),

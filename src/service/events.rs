@@ -46,6 +46,9 @@ struct Follow {
     closing: bool,
     /// Times the subscription lagged (or skipped a seq) and the store was re-read.
     heals: u64,
+    /// The journal's resync count when the store was last read (several nodes: other nodes
+    /// committed events this node was not told about one by one).
+    resyncs: u64,
 }
 
 type Item = Result<Arc<EventRecord>>;
@@ -80,6 +83,11 @@ impl Follow {
                 Err(_quiet) => {
                     if self.sessions.execution.is_closed() {
                         self.closing = true;
+                        self.replay = true;
+                    }
+                    let resyncs = self.sessions.journal.resyncs();
+                    if resyncs != self.resyncs {
+                        self.resyncs = resyncs;
                         self.replay = true;
                     }
                 }
@@ -231,6 +239,7 @@ impl Sessions {
                 replay: true,
                 closing: false,
                 heals: 0,
+                resyncs: self.journal.resyncs(),
             }),
             pending: None,
             session_id: session_id.clone(),
