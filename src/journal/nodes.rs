@@ -94,14 +94,15 @@ impl Journal {
         #[cfg(feature = "postgres")]
         if self.inner.node.is_some() {
             let inner = self.inner.clone();
-            let left = actix_rt::task::spawn_blocking(move || {
-                if let Some(node) = &inner.node {
-                    node.leave();
-                }
+            let left = actix_rt::task::spawn_blocking(move || match &inner.node {
+                Some(node) => node.leave(),
+                None => Ok(()),
             })
             .await;
-            if let Err(e) = left {
-                log::warn!("leaving the cluster failed: {e}");
+            match left {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => log::warn!("leaving the cluster failed: {e}"),
+                Err(e) => log::warn!("leaving the cluster failed: {e}"),
             }
         }
     }

@@ -34,7 +34,6 @@
 
 // Until `Journal::open` selects this backend by URL (the runtime's side, wired separately),
 // only the tests use it.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,6 +96,7 @@ pub(crate) use self::readers::PgReaders;
 pub(crate) use self::writer::PgWriter;
 
 /// The default lease of a node.
+#[cfg(test)]
 pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
 /// The channel every node listens on for committed events.
@@ -123,6 +123,7 @@ pub(crate) struct PgConfig {
 
 impl PgConfig {
     /// A configuration with the default lease and pool size (8).
+    #[cfg(test)]
     pub(crate) fn new(url: impl Into<String>, node_id: impl Into<String>) -> Self {
         let node_id = node_id.into();
         Self {

@@ -149,6 +149,7 @@ impl Node {
     }
 
     /// This node's id.
+    #[cfg(test)]
     pub(crate) fn id(&self) -> &str {
         &self.cfg.node_id
     }

@@ -2,7 +2,6 @@
 //! savepoint per request) and readers, with two nodes: admissions on one node route their
 //! wakes to the owner, the owner's turn writes are fenced, and seqs stay gap-free.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -24,10 +23,7 @@ fn journal(db: &super::tests::PgDb, node: &str) -> (Journal, Node, UnboundedRece
     let signals = backend.node.take_signals().expect("signals");
     let persistence =
         Persistence::start(backend.readers, backend.writer, true, 1024).expect("start");
-    let journal = Journal {
-        persistence: Arc::new(persistence),
-        shared: true,
-    };
+    let journal = Journal::new(persistence, true);
     (journal, backend.node, signals)
 }
 
