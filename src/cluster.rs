@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use futures::channel::oneshot;
 
+use crate::config::RuntimeConfig;
 use crate::id::SessionId;
 use crate::journal::{Nudge, Signal};
 use crate::outcome::InterruptReason;
@@ -22,24 +23,20 @@ use crate::session::messages::{Interrupt, Wake};
 use crate::session::Environment;
 
 /// Starts the node's loop when the journal is shared (otherwise nothing).
-pub(crate) fn start(
-    registry: Arc<Registry>,
-    env: Arc<Environment>,
-    max_resume_attempts: u32,
-    lease: Duration,
-) {
+pub(crate) fn start(registry: Arc<Registry>, env: Arc<Environment>, config: &RuntimeConfig) {
     let Some(mut signals) = env.journal.take_signals() else {
         return;
     };
     // Often enough that a dead node's turns resume within a second of its lease lapsing: a
     // tick is two reads when nothing is to be taken over.
-    let tick = (lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let tick = (config.lease / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    let node = Node {
+        registry,
+        env,
+        max_resume_attempts: config.max_resume_attempts,
+        takeover: config.takeover,
+    };
     actix_rt::spawn(async move {
-        let node = Node {
-            registry,
-            env,
-            max_resume_attempts,
-        };
         let mut next = tokio::time::Instant::now() + tick;
         loop {
             if node.registry.is_closed() {
@@ -62,6 +59,8 @@ struct Node {
     registry: Arc<Registry>,
     env: Arc<Environment>,
     max_resume_attempts: u32,
+    /// Whether this node takes over dead nodes' turns on its own.
+    takeover: bool,
 }
 
 impl Node {
@@ -113,6 +112,9 @@ impl Node {
 
     /// The restart sweep over what dead nodes left: their claimed turns and owed prompts.
     async fn take_over(&self) {
+        if !self.takeover {
+            return;
+        }
         let swept = recovery::resume_suspended_sessions(
             &self.registry,
             &self.env,

@@ -19,6 +19,10 @@ pub struct RuntimeConfig {
     /// node whose lease lapsed is dead to the others: they take its sessions over within the
     /// lease and one takeover tick (half a lease). Default: 10 s.
     pub lease: Duration,
+    /// With PostgreSQL: take over the turns of dead nodes (the restart sweep's rules) every
+    /// quarter lease, at most every second, and at once when a node leaves. Default: true (off
+    /// only where a test runs the sweep itself).
+    pub takeover: bool,
     /// How many restart-resumes a claimed turn gets before it is terminalized as `aborted`.
     /// Default: 10.
     pub max_resume_attempts: u32,
@@ -51,6 +55,7 @@ impl Default for RuntimeConfig {
             database: PathBuf::from("durable-sessions.db"),
             node_name: None,
             lease: Duration::from_secs(10),
+            takeover: true,
             max_resume_attempts: 10,
             idle_timeout: Duration::from_secs(60),
             synchronous: Synchronous::Full,

@@ -64,6 +64,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Whether this node takes over the turns of dead nodes on its own (PostgreSQL only): every
+    /// quarter lease (at most every second) and when a node leaves. Default true.
+    pub fn takeover(mut self, on: bool) -> Self {
+        self.config.takeover = on;
+        self
+    }
+
     /// How long this node's lease lasts unless renewed (PostgreSQL only). Default 10 s.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.config.lease = lease;
@@ -208,8 +215,7 @@ impl RuntimeBuilder {
         crate::cluster::start(
             runtime.inner.registry.clone(),
             runtime.inner.env.clone(),
-            runtime.inner.config.max_resume_attempts,
-            runtime.inner.config.lease,
+            &runtime.inner.config,
         );
         if runtime.inner.config.sweep_on_start {
             let report = runtime.resume_suspended_sessions().await?;

@@ -1016,3 +1016,17 @@ mod http {
         runtime.stop().await;
     }
 }
+
+/// The service half of the suite above, on PostgreSQL (the HTTP half talks to the same
+/// service).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_backend_passes_the_bad_input_suite() {
+    common::on_postgres(
+        "postgres_backend_passes_the_bad_input_suite",
+        &[(
+            "malformed_service_inputs_get_typed_errors_and_write_nothing",
+            malformed_service_inputs_get_typed_errors_and_write_nothing,
+        )],
+    );
+}

@@ -247,3 +247,46 @@ async fn the_sweep_leaves_sessions_already_draining_in_this_process_untouched() 
     .await;
     runtime.stop().await;
 }
+
+/// The suite above, on PostgreSQL (one fresh database per runtime).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_backend_passes_the_execution_lifecycle_suite() {
+    common::on_postgres(
+        "postgres_backend_passes_the_execution_lifecycle_suite",
+        &[
+            (
+                "the_sweep_only_lists_claimed_top_level_sessions",
+                the_sweep_only_lists_claimed_top_level_sessions,
+            ),
+            (
+                "claims_at_execution_start_releases_on_completion_and_preserves_through_teardown",
+                claims_at_execution_start_releases_on_completion_and_preserves_through_teardown,
+            ),
+            (
+                "a_user_interrupt_releases_the_claim_so_the_turn_never_resurrects",
+                a_user_interrupt_releases_the_claim_so_the_turn_never_resurrects,
+            ),
+            (
+                "starts_every_claimed_execution_without_waiting_for_earlier_drains_to_finish",
+                starts_every_claimed_execution_without_waiting_for_earlier_drains_to_finish,
+            ),
+            (
+                "resumes_each_claimed_session_at_most_once",
+                resumes_each_claimed_session_at_most_once,
+            ),
+            (
+                "terminalizes_a_turn_that_exhausts_its_resume_budget_instead_of_crash_looping",
+                terminalizes_a_turn_that_exhausts_its_resume_budget_instead_of_crash_looping,
+            ),
+            (
+                "counts_every_resume_durably_and_never_consumes_the_claim_it_recovers",
+                counts_every_resume_durably_and_never_consumes_the_claim_it_recovers,
+            ),
+            (
+                "the_sweep_leaves_sessions_already_draining_in_this_process_untouched",
+                the_sweep_leaves_sessions_already_draining_in_this_process_untouched,
+            ),
+        ],
+    );
+}

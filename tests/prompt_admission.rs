@@ -40,23 +40,22 @@ fn admitted_events(db: &Path, session: &SessionId) -> usize {
 
 /// The inbox row `id` as stored: (session, admitted_seq, prompt, delivery, time, promoted_seq).
 fn input_row(db: &Path, id: &MessageId) -> Option<(String, i64, Value, String, i64, Option<i64>)> {
-    let conn = rusqlite::Connection::open(db).expect("open db");
-    let mut stmt = conn
-        .prepare(
-            "SELECT session_id, admitted_seq, prompt, delivery, time_created, promoted_seq \
-             FROM session_input WHERE id = ?1",
-        )
-        .expect("prepare");
-    let mut rows = stmt.query([id.as_str()]).expect("query");
-    let row = rows.next().expect("row")?;
-    let prompt: String = row.get(2).expect("prompt");
+    let rows = common::rows(
+        db,
+        "SELECT session_id, admitted_seq, prompt, delivery, time_created, promoted_seq \
+         FROM session_input WHERE id = $1",
+        &[id.as_str()],
+    );
+    let row = rows.into_iter().next()?;
+    let text = |v: &Value| v.as_str().expect("text").to_owned();
+    let int = |v: &Value| v.as_i64().expect("integer");
     Some((
-        row.get(0).expect("session"),
-        row.get(1).expect("admitted"),
-        serde_json::from_str(&prompt).expect("prompt json"),
-        row.get(3).expect("delivery"),
-        row.get(4).expect("time"),
-        row.get(5).expect("promoted"),
+        text(&row[0]),
+        int(&row[1]),
+        serde_json::from_str(row[2].as_str().expect("prompt")).expect("prompt json"),
+        text(&row[3]),
+        int(&row[4]),
+        row[5].as_i64(),
     ))
 }
 
@@ -616,8 +615,7 @@ async fn reprojects_pending_inbox_input_without_scheduling_execution() {
     let before = input_row(runtime.path(), &mid("m1")).unwrap();
     let events = count(runtime.path(), "SELECT COUNT(*) FROM event");
 
-    let conn = rusqlite::Connection::open(runtime.path()).unwrap();
-    conn.execute("DELETE FROM session_input", []).unwrap();
+    common::execute(runtime.path(), "DELETE FROM session_input", &[]);
     assert_eq!(inputs_of(runtime.path(), &s), 0);
 
     let rebuilt = sessions.reproject(&s).await.unwrap();
@@ -773,4 +771,95 @@ async fn only_records_the_prompt_when_resume_is_false() {
             .is_empty()
     );
     runtime.stop().await;
+}
+
+/// The suite above, on PostgreSQL (one fresh database per runtime).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_backend_passes_the_prompt_admission_suite() {
+    common::on_postgres(
+        "postgres_backend_passes_the_prompt_admission_suite",
+        &[
+            (
+                "exposes_the_execution_registry",
+                exposes_the_execution_registry,
+            ),
+            (
+                "delegates_execution_continuation_through_session_execution",
+                delegates_execution_continuation_through_session_execution,
+            ),
+            (
+                "delegates_process_local_interruption_through_session_execution",
+                delegates_process_local_interruption_through_session_execution,
+            ),
+            (
+                "delegates_interruption_without_requiring_a_recorded_session",
+                delegates_interruption_without_requiring_a_recorded_session,
+            ),
+            (
+                "durably_admits_one_user_message_before_transcript_promotion",
+                durably_admits_one_user_message_before_transcript_promotion,
+            ),
+            (
+                "streams_durable_session_events_after_an_aggregate_sequence",
+                streams_durable_session_events_after_an_aggregate_sequence,
+            ),
+            (
+                "resumes_through_a_recorded_message_without_appending_another_prompt",
+                resumes_through_a_recorded_message_without_appending_another_prompt,
+            ),
+            (
+                "records_distinct_messages_when_the_id_is_omitted",
+                records_distinct_messages_when_the_id_is_omitted,
+            ),
+            (
+                "returns_the_original_recorded_message_when_the_id_is_retried",
+                returns_the_original_recorded_message_when_the_id_is_retried,
+            ),
+            (
+                "wakes_execution_when_an_exact_prompt_retry_recovers_a_committed_message",
+                wakes_execution_when_an_exact_prompt_retry_recovers_a_committed_message,
+            ),
+            (
+                "rejects_reuse_of_one_id_with_a_different_prompt",
+                rejects_reuse_of_one_id_with_a_different_prompt,
+            ),
+            (
+                "rejects_reuse_of_one_id_with_a_different_delivery_mode",
+                rejects_reuse_of_one_id_with_a_different_delivery_mode,
+            ),
+            (
+                "returns_one_recorded_message_to_concurrent_exact_retries",
+                returns_one_recorded_message_to_concurrent_exact_retries,
+            ),
+            (
+                "promotes_one_message_once_under_concurrent_promotion_attempts",
+                promotes_one_message_once_under_concurrent_promotion_attempts,
+            ),
+            (
+                "reprojects_pending_inbox_input_without_scheduling_execution",
+                reprojects_pending_inbox_input_without_scheduling_execution,
+            ),
+            (
+                "rejects_reuse_of_one_globally_unique_message_id_across_sessions",
+                rejects_reuse_of_one_globally_unique_message_id_across_sessions,
+            ),
+            (
+                "rejects_a_prompt_id_already_used_by_visible_session_history",
+                rejects_a_prompt_id_already_used_by_visible_session_history,
+            ),
+            (
+                "starts_execution_by_default_after_recording_the_prompt",
+                starts_execution_by_default_after_recording_the_prompt,
+            ),
+            (
+                "starts_execution_when_resume_is_explicitly_true",
+                starts_execution_when_resume_is_explicitly_true,
+            ),
+            (
+                "only_records_the_prompt_when_resume_is_false",
+                only_records_the_prompt_when_resume_is_false,
+            ),
+        ],
+    );
 }

@@ -1,5 +1,6 @@
-//! Reads and writes of a database file outside any runtime, on a connection of their own: what
-//! the `testing` helpers use to look at (or seed) the file a runtime works on.
+//! Reads and writes of a database outside any runtime, on a connection of their own: what the
+//! `testing` helpers use to look at (or seed) the database a runtime works on — a SQLite file,
+//! or (feature `postgres`) a PostgreSQL database named by its URL.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,11 +22,23 @@ pub(crate) fn claim_state(
     path: &Path,
     session: &SessionId,
 ) -> Result<Option<ClaimState>, StoreError> {
+    #[cfg(feature = "postgres")]
+    if let Some(url) = postgres_url(path) {
+        let session = session.clone();
+        return on_postgres(url, move |store| store.claim_state(&session));
+    }
     store::claim_state(&open(path)?, session)
 }
 
 /// Every stored event of `session`, in seq order.
 pub(crate) fn events(path: &Path, session: &SessionId) -> Result<Vec<EventRecord>, StoreError> {
+    #[cfg(feature = "postgres")]
+    if let Some(url) = postgres_url(path) {
+        let session = session.clone();
+        return on_postgres(url, move |store| {
+            store.events_after(&session, None, usize::MAX)
+        });
+    }
     store::events_after(&open(path)?, session, None, usize::MAX)
 }
 
@@ -36,6 +49,24 @@ pub(crate) fn seed_claim(
     session: &SessionId,
     attempts: u32,
 ) -> Result<(), StoreError> {
+    #[cfg(feature = "postgres")]
+    if let Some(url) = postgres_url(path) {
+        let session = session.clone();
+        return on_postgres(url, move |store| {
+            // Owned by no node, as a node that died would leave it once its lease lapsed.
+            let changed = store.execute(
+                "UPDATE session SET time_suspended = $2, resume_attempts = $3, \
+                 claim_boot = 'seeded', owner_node = NULL, \
+                 claim_seq = (SELECT seq FROM event_sequence WHERE aggregate_id = $1) \
+                 WHERE id = $1",
+                &[&session.as_str(), &super::now_ms(), &i64::from(attempts)],
+            )?;
+            if changed == 0 {
+                return Err(StoreError::Inconsistent(format!("no session {session}")));
+            }
+            Ok(())
+        });
+    }
     let conn = open(path)?;
     let changed = conn.execute(
         "UPDATE session SET time_suspended = ?2, resume_attempts = ?3, claim_boot = 'seeded', \
@@ -46,4 +77,35 @@ pub(crate) fn seed_claim(
         return Err(StoreError::Inconsistent(format!("no session {session}")));
     }
     Ok(())
+}
+
+/// The URL when `path` names a PostgreSQL database.
+#[cfg(feature = "postgres")]
+fn postgres_url(path: &Path) -> Option<String> {
+    let path = path.to_str()?;
+    (path.starts_with("postgres://") || path.starts_with("postgresql://")).then(|| path.to_owned())
+}
+
+/// Runs `work` on a connection of its own to the PostgreSQL database at `url` (on a thread of
+/// its own when called inside a tokio runtime, where the sync client cannot run).
+#[cfg(feature = "postgres")]
+use super::backend::Store as _;
+
+#[cfg(feature = "postgres")]
+fn on_postgres<T: Send + 'static>(
+    url: String,
+    work: impl FnOnce(&mut super::postgres::PgConn) -> Result<T, StoreError> + Send + 'static,
+) -> Result<T, StoreError> {
+    super::postgres::off_runtime(move || {
+        let config = super::postgres::PgConfig {
+            url,
+            node_id: "inspect".into(),
+            node_name: "inspect".into(),
+            lease: Duration::from_secs(10),
+            pool_size: 1,
+        };
+        let client = super::postgres::connect(&config)?;
+        let mut conn = super::postgres::PgConn::new(client, "inspect".into());
+        work(&mut conn)
+    })
 }

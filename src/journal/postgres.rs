@@ -90,7 +90,7 @@ mod tests_nodes;
 mod tests_own;
 mod writer;
 
-pub(crate) use self::conn::PgConn;
+pub(crate) use self::conn::{connect, PgConn};
 pub(crate) use self::node::Node;
 pub(crate) use self::readers::PgReaders;
 pub(crate) use self::writer::PgWriter;

@@ -8,9 +8,14 @@ use std::time::Duration;
 use durable_sessions::{CreateSession, Runner, Runtime, RuntimeBuilder, SessionId};
 use tempfile::TempDir;
 
+mod backend;
 mod events;
 mod harness;
 mod server;
+
+#[cfg(feature = "postgres")]
+pub use backend::on_postgres;
+pub use backend::{fresh_database, on_postgres_now, Case};
 
 pub use events::{next_commit, wait_for_event, wait_until_committed};
 pub use harness::{Harness, HarnessBuilder};
@@ -29,7 +34,7 @@ impl TestDb {
     pub fn new() -> Self {
         let _ = env_logger::builder().is_test(true).try_init();
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("sessions.db");
+        let path = fresh_database(dir.path());
         Self { dir, path }
     }
 
@@ -49,14 +54,15 @@ impl TestDb {
     }
 }
 
-/// The tests' runtime builder on `database`: two arbiters, no restart sweep at start, a short
-/// shutdown grace.
+/// The tests' runtime builder on `database`: two arbiters, no restart sweep at start (nor, on
+/// PostgreSQL, a periodic takeover: a test runs the sweep itself), a short shutdown grace.
 pub fn test_builder<R: Runner + Clone>(database: &Path, runner: &R) -> RuntimeBuilder {
     Runtime::builder()
         .database(database)
         .runner(runner.clone())
         .arbiters(2)
         .sweep_on_start(false)
+        .takeover(false)
         .shutdown_grace(Duration::from_secs(2))
 }
 
@@ -143,8 +149,74 @@ pub fn text(s: &str) -> serde_json::Value {
     serde_json::json!({ "text": s })
 }
 
-/// `SELECT COUNT(*)` (or any single integer) on the database file.
+/// `SELECT COUNT(*)` (or any single integer) on the test's database (a SQLite file, or a
+/// PostgreSQL URL).
 pub fn count(db: &Path, sql: &str) -> i64 {
+    rows(db, sql, &[])[0][0].as_i64().expect("an integer")
+}
+
+/// Runs a write on the test's database (see [`rows`] for the parameters).
+pub fn execute(db: &Path, sql: &str, params: &[&str]) {
+    rows(db, sql, params);
+}
+
+/// The rows `sql` reads from the test's database (a SQLite file, or a PostgreSQL URL), each
+/// column as JSON: text as a string, integers as numbers, NULL as null. Parameters are text,
+/// written `$1`, `$2`… in order of first use (SQLite binds them by position too).
+pub fn rows(db: &Path, sql: &str, params: &[&str]) -> Vec<Vec<Value>> {
+    #[cfg(feature = "postgres")]
+    if let Some(url) = db.to_str().filter(|d| d.starts_with("postgres")) {
+        let (url, sql) = (url.to_owned(), sql.to_owned());
+        let params: Vec<String> = params.iter().map(|p| (*p).to_owned()).collect();
+        // The sync client cannot run on a thread inside a tokio runtime.
+        return std::thread::spawn(move || {
+            let mut client =
+                postgres::Client::connect(&url, postgres::NoTls).expect("connect to PostgreSQL");
+            let params: Vec<&(dyn postgres::types::ToSql + Sync)> = params
+                .iter()
+                .map(|p| p as &(dyn postgres::types::ToSql + Sync))
+                .collect();
+            client
+                .query(&sql, &params)
+                .expect("query")
+                .iter()
+                .map(|row| {
+                    (0..row.len())
+                        .map(|i| {
+                            if let Ok(text) = row.try_get::<_, Option<String>>(i) {
+                                return text.map_or(Value::Null, Value::String);
+                            }
+                            let int: Option<i64> = row.try_get(i).expect("text or bigint");
+                            int.map_or(Value::Null, Value::from)
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .join()
+        .expect("the query thread");
+    }
     let conn = rusqlite::Connection::open(db).expect("open db");
-    conn.query_row(sql, [], |row| row.get(0)).expect("count")
+    let mut stmt = conn.prepare(sql).expect("prepare");
+    let width = stmt.column_count();
+    let mut rows = stmt
+        .query(rusqlite::params_from_iter(params))
+        .expect("query");
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().expect("row") {
+        out.push(
+            (0..width)
+                .map(|i| match row.get_ref(i).expect("column") {
+                    rusqlite::types::ValueRef::Null => Value::Null,
+                    rusqlite::types::ValueRef::Integer(n) => Value::from(n),
+                    rusqlite::types::ValueRef::Real(x) => Value::from(x),
+                    rusqlite::types::ValueRef::Text(t) => {
+                        Value::String(String::from_utf8_lossy(t).into_owned())
+                    }
+                    rusqlite::types::ValueRef::Blob(_) => Value::Null,
+                })
+                .collect(),
+        );
+    }
+    out
 }

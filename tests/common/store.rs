@@ -67,6 +67,9 @@ fn parse_json(text: &str) -> Value {
 impl StoreView {
     /// Reads the database at `path`; an empty view when the file does not exist yet.
     pub fn read(path: &Path) -> StoreView {
+        if path.to_str().is_some_and(|p| p.starts_with("postgres")) {
+            return Self::read_postgres(path);
+        }
         if !path.exists() {
             return StoreView::default();
         }
@@ -206,6 +209,85 @@ impl StoreView {
         }
         drop(stmt);
         tx.commit().unwrap();
+        view
+    }
+
+    /// [`StoreView::read`] of a PostgreSQL database (`path` is its URL), through
+    /// [`super::rows`]: the same tables and columns, booleans read as integers.
+    fn read_postgres(db: &Path) -> StoreView {
+        let mut view = StoreView::default();
+        let text = |v: &Value| v.as_str().map(str::to_owned);
+        let int = |v: &Value| v.as_i64();
+        for r in super::rows(
+            db,
+            "SELECT id, parent_id, time_suspended, resume_attempts, claim_boot, claim_seq \
+             FROM session",
+            &[],
+        ) {
+            view.sessions.insert(
+                text(&r[0]).expect("id"),
+                SessionRow {
+                    parent: text(&r[1]),
+                    claimed: !r[2].is_null(),
+                    attempts: int(&r[3]).expect("attempts") as u32,
+                    claim_boot: text(&r[4]),
+                    claim_seq: int(&r[5]).map(|s| s as u64),
+                },
+            );
+        }
+        for r in super::rows(
+            db,
+            "SELECT aggregate_id, seq, type, data FROM event ORDER BY aggregate_id, seq",
+            &[],
+        ) {
+            view.events
+                .entry(text(&r[0]).expect("id"))
+                .or_default()
+                .push(EventRow {
+                    seq: int(&r[1]).expect("seq") as u64,
+                    kind: text(&r[2]).expect("type"),
+                    data: parse_json(&text(&r[3]).expect("data")),
+                });
+        }
+        for r in super::rows(db, "SELECT aggregate_id, seq FROM event_sequence", &[]) {
+            view.sequences
+                .insert(text(&r[0]).expect("id"), int(&r[1]).expect("seq") as u64);
+        }
+        for r in super::rows(
+            db,
+            "SELECT id, session_id, admitted_seq, promoted_seq, prompt, delivery, \
+             CAST(CAST(wake AS INTEGER) AS BIGINT) FROM session_input",
+            &[],
+        ) {
+            view.inputs.insert(
+                text(&r[0]).expect("id"),
+                InputRow {
+                    session: text(&r[1]).expect("session"),
+                    admitted_seq: int(&r[2]).expect("admitted") as u64,
+                    promoted_seq: int(&r[3]).map(|s| s as u64),
+                    prompt: parse_json(&text(&r[4]).expect("prompt")),
+                    delivery: text(&r[5]).expect("delivery"),
+                    wake: int(&r[6]) == Some(1),
+                },
+            );
+        }
+        for r in super::rows(
+            db,
+            "SELECT id, session_id, type, seq, data, \
+             CAST(CAST(interrupted AS INTEGER) AS BIGINT) FROM session_message",
+            &[],
+        ) {
+            view.messages.insert(
+                text(&r[0]).expect("id"),
+                MessageRow {
+                    session: text(&r[1]).expect("session"),
+                    kind: text(&r[2]).expect("type"),
+                    seq: int(&r[3]).expect("seq") as u64,
+                    data: parse_json(&text(&r[4]).expect("data")),
+                    interrupted: int(&r[5]) == Some(1),
+                },
+            );
+        }
         view
     }
 
