@@ -23,6 +23,8 @@ mod persistence;
 mod prompts;
 mod recovery;
 mod sessions;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 pub(crate) mod sqlite;
 mod turns;
 
