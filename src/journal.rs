@@ -20,11 +20,11 @@
 mod backend;
 pub(crate) mod inspect;
 mod persistence;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 mod prompts;
 mod recovery;
 mod sessions;
-#[cfg(feature = "postgres")]
-pub(crate) mod postgres;
 pub(crate) mod sqlite;
 mod turns;
 

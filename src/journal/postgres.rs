@@ -79,6 +79,8 @@ mod store;
 mod tests;
 #[cfg(test)]
 mod tests_nodes;
+#[cfg(test)]
+mod tests_own;
 mod writer;
 
 pub(crate) use self::conn::PgConn;

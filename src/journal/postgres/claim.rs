@@ -75,10 +75,7 @@ pub(crate) fn count_resume(
 /// Counts one attempt of `id` when it holds no claim (adopting a session owed a turn), taking
 /// it for this node. `None` when it is gone, claimed, owned by another live node, or held by
 /// another transaction.
-pub(crate) fn count_adoption(
-    conn: &mut PgConn,
-    id: &SessionId,
-) -> Result<Option<u32>, StoreError> {
+pub(crate) fn count_adoption(conn: &mut PgConn, id: &SessionId) -> Result<Option<u32>, StoreError> {
     let me = conn.node_arc();
     let row = conn.query_opt(
         concat!(
@@ -96,9 +93,7 @@ pub(crate) fn count_adoption(
 
 /// Decodes a column of session ids.
 fn ids(rows: Vec<postgres::Row>) -> Result<Vec<SessionId>, StoreError> {
-    rows.iter()
-        .map(|row| session_id(row.try_get(0)?))
-        .collect()
+    rows.iter().map(|row| session_id(row.try_get(0)?)).collect()
 }
 
 /// Claimed top-level sessions no other live node owns, oldest claim first, except those
@@ -132,10 +127,7 @@ pub(crate) fn release_child_claims(conn: &mut PgConn) -> Result<usize, StoreErro
 }
 
 /// How many sessions hold a claim, and `now` minus the oldest claim's time.
-pub(crate) fn claim_counts(
-    conn: &mut PgConn,
-    now: i64,
-) -> Result<(i64, Option<i64>), StoreError> {
+pub(crate) fn claim_counts(conn: &mut PgConn, now: i64) -> Result<(i64, Option<i64>), StoreError> {
     let row = conn.query_one(
         "SELECT COUNT(*), $1::bigint - MIN(time_suspended) FROM session \
          WHERE time_suspended IS NOT NULL",

@@ -4,7 +4,7 @@
 use postgres::Row;
 use serde_json::Value;
 
-use super::conn::{PgConn, Params};
+use super::conn::{Params, PgConn};
 use super::message::message_exists;
 use super::{event, json_text, json_value, message_id, seq_param, seq_value, session_id};
 use crate::error::StoreError;
@@ -52,7 +52,11 @@ pub(crate) fn get_input(
     id: &MessageId,
 ) -> Result<Option<Admission>, StoreError> {
     let row = conn.query_opt(
-        concat!("SELECT ", input_columns!(), " FROM session_input WHERE id = $1"),
+        concat!(
+            "SELECT ",
+            input_columns!(),
+            " FROM session_input WHERE id = $1"
+        ),
         &[&id.as_str()],
     )?;
     row.as_ref().map(decode).transpose()

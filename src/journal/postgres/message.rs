@@ -4,9 +4,9 @@
 use postgres::Row;
 use serde_json::Value;
 
-use super::conn::{PgConn, Params};
-use super::{event, json_text, json_value, limit_param, message_id, seq_param, seq_value};
+use super::conn::{Params, PgConn};
 use super::session_id;
+use super::{event, json_text, json_value, limit_param, message_id, seq_param, seq_value};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};

@@ -129,7 +129,9 @@ impl Node {
                 Ok(handle) => threads.push(handle),
                 Err(e) => {
                     shared.stop();
-                    threads.into_iter().for_each(|t: JoinHandle<()>| drop(t.join()));
+                    threads
+                        .into_iter()
+                        .for_each(|t: JoinHandle<()>| drop(t.join()));
                     return Err(e);
                 }
             }
@@ -208,7 +210,10 @@ fn lease_loop(cfg: &PgConfig, tx: &UnboundedSender<Signal>, shared: &Shared) {
             client = match connect(cfg) {
                 Ok(c) => Some(c),
                 Err(e) => {
-                    log::warn!("postgres: node {}: cannot reach the database: {e}", cfg.node_id);
+                    log::warn!(
+                        "postgres: node {}: cannot reach the database: {e}",
+                        cfg.node_id
+                    );
                     None
                 }
             };

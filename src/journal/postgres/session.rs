@@ -4,7 +4,7 @@ use postgres::types::ToSql;
 use postgres::Row;
 
 use super::conn::PgConn;
-use super::{event, json_text, json_value, limit_param, session_id, count_value};
+use super::{count_value, event, json_text, json_value, limit_param, session_id};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
@@ -101,13 +101,19 @@ pub(crate) fn list_sessions(
     };
     let mut clauses: Vec<String> = Vec::new();
     if let Some(directory) = &query.directory {
-        clauses.push(format!("directory = {}", param(Param::Text(directory.clone()))));
+        clauses.push(format!(
+            "directory = {}",
+            param(Param::Text(directory.clone()))
+        ));
     }
     match &query.parent {
         ParentFilter::Any => {}
         ParentFilter::TopLevel => clauses.push("parent_id IS NULL".into()),
         ParentFilter::ChildrenOf(parent) => {
-            clauses.push(format!("parent_id = {}", param(Param::Text(parent.to_string()))));
+            clauses.push(format!(
+                "parent_id = {}",
+                param(Param::Text(parent.to_string()))
+            ));
         }
     }
     if let Some(search) = &query.search {

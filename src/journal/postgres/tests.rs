@@ -108,7 +108,10 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
         i.model = Some(json!({"provider": "p", "id": "m", "n": 1.5}));
         log("create", outcome(store.create_session(&i)));
     }
-    log("create again", outcome(store.create_session(&info("s", None, 99))));
+    log(
+        "create again",
+        outcome(store.create_session(&info("s", None, 99))),
+    );
     log("get", outcome(store.get_session(&s)));
     log("get ghost", outcome(store.get_session(&sid("ghost"))));
     log("exists", outcome(store.session_exists(&t)));
@@ -152,34 +155,89 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
         ("p2", Delivery::Steer),
         ("q2", Delivery::Queue),
     ] {
-        log("admit", outcome(store.admit(&s, &mid(id), &prompt, delivery, 40)));
+        log(
+            "admit",
+            outcome(store.admit(&s, &mid(id), &prompt, delivery, 40)),
+        );
     }
-    log("admit again", outcome(store.admit(&t, &mid("p1"), &json!(1), Delivery::Queue, 41)));
-    log("admit child", outcome(store.admit(&child, &mid("c1"), &json!("c"), Delivery::Steer, 41)));
-    log("admit ghost", outcome(store.admit(&sid("ghost"), &mid("g1"), &json!("g"), Delivery::Steer, 41)));
+    log(
+        "admit again",
+        outcome(store.admit(&t, &mid("p1"), &json!(1), Delivery::Queue, 41)),
+    );
+    log(
+        "admit child",
+        outcome(store.admit(&child, &mid("c1"), &json!("c"), Delivery::Steer, 41)),
+    );
+    log(
+        "admit ghost",
+        outcome(store.admit(&sid("ghost"), &mid("g1"), &json!("g"), Delivery::Steer, 41)),
+    );
     log("wake", outcome(store.mark_wake(&mid("p1"))));
     log("wake child", outcome(store.mark_wake(&mid("c1"))));
     log("owes", outcome(store.owes_turn(&s)));
     log("adoptable", outcome(store.adoptable()));
     log("get input", outcome(store.get_input(&mid("q1"))));
     log("pending", outcome(store.pending_inputs(&s)));
-    log("started", outcome(store.publish(&s, kind::EXECUTION_STARTED, &json!({"boot": "b1"}), 50)));
-    log("started child", outcome(store.publish(&child, kind::EXECUTION_STARTED, &json!({"boot": "b1"}), 51)));
+    log(
+        "started",
+        outcome(store.publish(&s, kind::EXECUTION_STARTED, &json!({"boot": "b1"}), 50)),
+    );
+    log(
+        "started child",
+        outcome(store.publish(&child, kind::EXECUTION_STARTED, &json!({"boot": "b1"}), 51)),
+    );
     log("claim", outcome(store.claim_state(&s)));
     log("claim seq", outcome(store.claim_seq(&s)));
     log("claim counts", outcome(store.claim_counts(100)));
-    log("steer cutoff", outcome(store.promote_steer(&s, Some(4), 60)));
+    log(
+        "steer cutoff",
+        outcome(store.promote_steer(&s, Some(4), 60)),
+    );
     log("queue", outcome(store.promote_queue(&s, 61)));
-    log("message", outcome(store.append_message(&s, &mid("a1"), "assistant", &json!({"text": "ok"}), 62)));
-    log("message dup", outcome(store.append_message(&s, &mid("a1"), "assistant", &json!(1), 63)));
-    log("message prompt id", outcome(store.append_message(&s, &mid("q2"), "assistant", &json!(1), 63)));
-    log("admit transcript id", outcome(store.admit(&s, &mid("a1"), &json!(1), Delivery::Steer, 63)));
-    log("promote twice", outcome(store.publish(&s, kind::PROMPT_PROMOTED, &json!({"messageID": "p1", "prompt": "x", "delivery": "steer"}), 64)));
-    log("custom", outcome(store.publish(&s, "custom.kind", &json!({"k": [1, "two", null]}), 65)));
+    log(
+        "message",
+        outcome(store.append_message(&s, &mid("a1"), "assistant", &json!({"text": "ok"}), 62)),
+    );
+    log(
+        "message dup",
+        outcome(store.append_message(&s, &mid("a1"), "assistant", &json!(1), 63)),
+    );
+    log(
+        "message prompt id",
+        outcome(store.append_message(&s, &mid("q2"), "assistant", &json!(1), 63)),
+    );
+    log(
+        "admit transcript id",
+        outcome(store.admit(&s, &mid("a1"), &json!(1), Delivery::Steer, 63)),
+    );
+    log(
+        "promote twice",
+        outcome(store.publish(
+            &s,
+            kind::PROMPT_PROMOTED,
+            &json!({"messageID": "p1", "prompt": "x", "delivery": "steer"}),
+            64,
+        )),
+    );
+    log(
+        "custom",
+        outcome(store.publish(&s, "custom.kind", &json!({"k": [1, "two", null]}), 65)),
+    );
     log("served", outcome(store.served_inputs(&s, 5, None)));
-    log("interrupt", outcome(store.publish(&s, kind::INTERRUPT_REQUESTED, &json!({"sessionID": "s"}), 66)));
+    log(
+        "interrupt",
+        outcome(store.publish(
+            &s,
+            kind::INTERRUPT_REQUESTED,
+            &json!({"sessionID": "s"}),
+            66,
+        )),
+    );
     log("latest interrupt", outcome(store.latest_interrupt_seq(&s)));
-    log("served fenced", outcome(store.served_inputs(&s, 5, Some(12))));
+    log(
+        "served fenced",
+        outcome(store.served_inputs(&s, 5, Some(12))),
+    );
     log("settle", outcome(store.settle(&s)));
     log("list claimed", outcome(store.list_claimed(None)));
     log("list claimed excl", outcome(store.list_claimed(Some("b1"))));
@@ -189,7 +247,15 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
     log("adoption claimed", outcome(store.count_adoption(&s)));
     log("adoption free", outcome(store.count_adoption(&t)));
     log("children", outcome(store.release_child_claims()));
-    log("interrupted", outcome(store.publish(&s, kind::EXECUTION_INTERRUPTED, &json!({"reason": "user"}), 70)));
+    log(
+        "interrupted",
+        outcome(store.publish(
+            &s,
+            kind::EXECUTION_INTERRUPTED,
+            &json!({"reason": "user"}),
+            70,
+        )),
+    );
     log("claim after", outcome(store.claim_state(&s)));
     log("clear wakes", outcome(store.clear_wakes(&s)));
     log("owes after", outcome(store.owes_turn(&s)));
@@ -212,7 +278,10 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
         log("messages", outcome(store.messages(&query)));
     }
     log("get message", outcome(store.get_message(&s, &mid("a1"))));
-    log("get message other", outcome(store.get_message(&t, &mid("a1"))));
+    log(
+        "get message other",
+        outcome(store.get_message(&t, &mid("a1"))),
+    );
     log("owner", outcome(store.transcript_owner(&mid("p1"))));
     log("counts", outcome(store.projection_counts(&s)));
     log("delete", outcome(store.delete_projections(&s)));
@@ -220,8 +289,12 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
     let events = store.events_after(&s, None, usize::MAX);
     if let Ok(events) = &events {
         for event in events {
-            if [kind::PROMPT_ADMITTED, kind::PROMPT_PROMOTED, kind::MESSAGE_APPENDED]
-                .contains(&event.kind.as_str())
+            if [
+                kind::PROMPT_ADMITTED,
+                kind::PROMPT_PROMOTED,
+                kind::MESSAGE_APPENDED,
+            ]
+            .contains(&event.kind.as_str())
             {
                 log("project", outcome(store.project(event)));
             }
@@ -229,9 +302,15 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
     }
     log("events", outcome(events));
     log("events page", outcome(store.events_after(&s, Some(3), 2)));
-    log("events child", outcome(store.events_after(&child, None, 100)));
+    log(
+        "events child",
+        outcome(store.events_after(&child, None, 100)),
+    );
     log("context rebuilt", outcome(store.context(&s)));
-    log("bad message", outcome(store.append_message(&s, &mid("m-bad"), "assistant", &json!("x"), 80)));
+    log(
+        "bad message",
+        outcome(store.append_message(&s, &mid("m-bad"), "assistant", &json!("x"), 80)),
+    );
     log("claim counts end", outcome(store.claim_counts(100)));
     log("get end", outcome(store.get_session(&s)));
     out
@@ -261,7 +340,13 @@ fn postgres_store_gives_the_same_results_as_sqlite() -> Result<(), StoreError> {
     for (lite, pg) in sqlite.iter().zip(&postgres) {
         assert_eq!(lite, pg);
     }
-    assert!(sqlite.iter().filter(|l| l.contains("Err(Conflict)")).count() >= 4);
+    assert!(
+        sqlite
+            .iter()
+            .filter(|l| l.contains("Err(Conflict)"))
+            .count()
+            >= 4
+    );
     // The stored payloads are byte for byte the same.
     let all = "SELECT aggregate_id, seq, type, data, time FROM event ORDER BY aggregate_id, seq";
     let mut stmt = lite.conn.prepare(all)?;
@@ -280,7 +365,15 @@ fn postgres_store_gives_the_same_results_as_sqlite() -> Result<(), StoreError> {
     let pg_rows = pg
         .query(all, &[])?
         .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
+        .map(|r| {
+            Ok((
+                r.try_get(0)?,
+                r.try_get(1)?,
+                r.try_get(2)?,
+                r.try_get(3)?,
+                r.try_get(4)?,
+            ))
+        })
         .collect::<Result<Vec<(String, i64, String, String, i64)>, StoreError>>()?;
     assert!(lite_rows.len() > 20);
     assert_eq!(lite_rows, pg_rows);

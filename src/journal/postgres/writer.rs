@@ -166,7 +166,9 @@ impl WriterConnection for PgWriter {
                 "the write transaction was aborted by a failed statement".into(),
             ));
         }
-        let committed = self.notify_events().and_then(|()| self.conn.batch("COMMIT"));
+        let committed = self
+            .notify_events()
+            .and_then(|()| self.conn.batch("COMMIT"));
         if committed.is_err() {
             self.rollback();
         } else {
