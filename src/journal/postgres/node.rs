@@ -232,7 +232,7 @@ fn lease_loop(cfg: &PgConfig, tx: &UnboundedSender<Signal>, shared: &Shared) {
                 Err(e) => log::warn!("postgres: node {}: lease renewal: {e}", cfg.node_id),
             }
             renewals += 1;
-            if renewals % 10 == 0 {
+            if renewals.is_multiple_of(10) {
                 if let Err(e) = forget_dead_nodes(c, lease) {
                     log::warn!("postgres: deleting dead nodes: {e}");
                 }

@@ -10,11 +10,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::conn::{conflict_on_constraint, connect, PgConn};
-use super::{event, node, schema, PgConfig};
+use super::conn::{connect, PgConn};
+use super::{node, schema, PgConfig};
 use crate::error::StoreError;
 use crate::event::kind;
-use crate::id::{MessageId, SessionId};
 use crate::journal::backend::Store;
 use crate::journal::sqlite::test_support::{info, mid, sid, test_db};
 use crate::records::{

@@ -352,7 +352,7 @@ fn writer_reconnects_after_losing_its_connection() -> Result<(), StoreError> {
     sql(
         &mut admin,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE application_name = 'durable-sessions a'",
+         WHERE application_name = 'durable-sessions a' AND datname = current_database()",
     )?;
     std::thread::sleep(Duration::from_millis(100));
     let failed = w.begin().and_then(|()| {
