@@ -86,7 +86,11 @@ impl Shared {
     }
 }
 
-/// This node: its id, its signals, its lease and listener threads (stopped on drop).
+/// This node: its id, its signals, its lease and listener threads.
+///
+/// Dropping it stops both threads (joining them: at most the listener's 100 ms poll and an
+/// in-flight statement) without ending the lease, as if the node died: other nodes take its
+/// sessions once the lease lapses. Call [`Node::leave`] first for a graceful exit.
 pub(crate) struct Node {
     /// The configuration it was opened with (its id is `cfg.node_id`).
     cfg: PgConfig,

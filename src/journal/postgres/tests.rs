@@ -100,6 +100,7 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
         ("t", None, 20, "/one", "100% done"),
         ("child", Some("s"), 20, "/two", "snake_case"),
         ("u", None, 30, "/one", r"back\slash"),
+        ("v", None, 40, "/three", "Über naïve"),
     ] {
         let mut i = info(id, parent, time);
         i.directory = dir.into();
@@ -142,6 +143,19 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
         },
         ListQuery {
             parent: ParentFilter::ChildrenOf(s.clone()),
+            ..ListQuery::default()
+        },
+        // SQLite's LIKE folds ASCII case only.
+        ListQuery {
+            search: Some("über NAÏVE".into()),
+            ..ListQuery::default()
+        },
+        ListQuery {
+            search: Some("ber NAÏ".into()),
+            ..ListQuery::default()
+        },
+        ListQuery {
+            search: Some("ber naï".into()),
             ..ListQuery::default()
         },
     ] {
