@@ -21,6 +21,8 @@ mod backend;
 pub(crate) mod inspect;
 mod nodes;
 mod persistence;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 mod prompts;
 mod recovery;
 mod sessions;
