@@ -94,12 +94,13 @@ impl Journal {
         #[cfg(feature = "postgres")]
         if self.inner.node.is_some() {
             let inner = self.inner.clone();
-            let left = actix_rt::task::spawn_blocking(move || {
-                if let Some(node) = &inner.node {
-                    node.leave();
-                }
+            let left = actix_rt::task::spawn_blocking(move || match &inner.node {
+                Some(node) => node.leave().map_err(|e| e.to_string()),
+                None => Ok(()),
             })
-            .await;
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|left| left);
             if let Err(e) = left {
                 log::warn!("leaving the cluster failed: {e}");
             }
