@@ -249,6 +249,7 @@ fn survivors_share_a_dead_nodes_sessions_without_double_counting() -> Result<(),
     a.mark_wake(&mid("p"))?;
     assert!(b.list_claimed(Some("b"))?.is_empty(), "a is alive");
     assert!(b.adoptable()?.is_empty());
+    assert!(a.adoptable()?.is_empty(), "its own wake serves its own owed session");
     assert_eq!(b.count_resume(&sid("busy"), "b")?, None);
     assert_eq!(b.count_adoption(&sid("owed"))?, None);
     assert_eq!(a.list_claimed(Some("a2"))?, [sid("busy")], "its own");
