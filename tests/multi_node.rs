@@ -172,18 +172,22 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
     };
     let mut nodes = Nodes::start(&url, 3, &options);
     let mut db = connect(&url);
+    let begun = Instant::now();
     let sessions = create_sessions(&nodes, 300);
+    let created = begun.elapsed();
     let ledger = Ledger::default();
     let spread = nodes.spread();
     let interrupts = Arc::new(AtomicBool::new(true));
     let interrupted = Arc::new(AtomicUsize::new(0));
     const VICTIM: usize = 1;
+    // Admissions wait for a group commit: more clients, more throughput.
+    const THREADS: usize = 12;
 
     // The workload: per session, three queued prompts of 12 words (a turn of ~1.3 s each), the
     // first through the next node, the others through the ones after; one session in four is
     // interrupted right after its first prompt (through yet another node) while interrupts
     // are allowed.
-    let workload: Vec<_> = (0..6)
+    let workload: Vec<_> = (0..THREADS)
         .map(|t| {
             let (spread, ledger, sessions) = (spread.clone(), ledger.clone(), sessions.clone());
             let (interrupts, interrupted) = (interrupts.clone(), interrupted.clone());
@@ -191,7 +195,7 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
                 let mine: Vec<(usize, &String)> = sessions
                     .iter()
                     .enumerate()
-                    .filter(|(i, _)| i % 6 == t)
+                    .filter(|(i, _)| i % THREADS == t)
                     .collect();
                 for round in 0..3 {
                     for &(i, session) in &mine {
@@ -221,22 +225,24 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
     let victim_id = nodes.nodes[VICTIM].node_id(&mut db);
     let owned_claims =
         "SELECT count(*) FROM session WHERE owner_node = $1 AND time_suspended IS NOT NULL";
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // As many as it gets (about a third of the sessions), or at least 10 after 20 s.
+    let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let owned: i64 = db.query_one(owned_claims, &[&victim_id]).unwrap().get(0);
-        if owned >= 30 {
+        if owned >= 75 || (owned >= 10 && Instant::now() > deadline) {
             break;
         }
         assert!(
-            Instant::now() < deadline,
-            "node n{VICTIM} never owned 30 claimed turns ({owned})\n{}",
+            Instant::now() < deadline + Duration::from_secs(10),
+            "node n{VICTIM} never owned 10 claimed turns ({owned})\n{}",
             nodes.logs(20)
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(10));
     }
     interrupts.store(false, Ordering::SeqCst);
     let killed_at = now_ms();
     let kill_instant = Instant::now();
+    let kill_after = begun.elapsed();
     nodes.kill(VICTIM);
     // What it left: its claimed turns, and where each log stood at the kill.
     let left: BTreeMap<String, (u64, i64)> = db
@@ -290,21 +296,40 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let missing: Vec<&String> = left.keys().filter(|s| !taken.contains_key(*s)).collect();
-    assert!(
-        missing.is_empty(),
-        "{} of the victim's {} claimed turns not taken over within {:?}: {missing:?}\n{}",
-        missing.len(),
-        left.len(),
-        LEASE * 4,
-        nodes.logs(30)
-    );
+    if !missing.is_empty() {
+        let view = PgView::read(&mut db);
+        let detail: Vec<String> = missing
+            .iter()
+            .map(|s| {
+                format!(
+                    "{s}: row {:?}, owner {:?}, log at the kill #{}:\n{}",
+                    view.store.sessions[*s],
+                    view.owners[*s],
+                    left[*s].0,
+                    view.log(s, Some(left[*s].0.saturating_sub(6)))
+                )
+            })
+            .collect();
+        panic!(
+            "{} of the victim's {} claimed turns not taken over within {:?}: {missing:?}\n\
+             nodes {:?}\n{}\n{}",
+            missing.len(),
+            left.len(),
+            LEASE * 4,
+            view.nodes,
+            detail.join("\n"),
+            nodes.logs(30)
+        );
+    }
     for handle in workload {
         handle.join().expect("workload thread");
     }
     nodes.assert_alive();
 
     // Settle, then check.
+    let workload_done = begun.elapsed();
     let view = quiesce(&mut db, SETTLE, "after the kill");
+    let settled = begun.elapsed();
     let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "killed");
     let bound = LEASE + Duration::from_secs(1);
     let (mut stamped, mut observed) = (Vec::new(), Vec::new());
@@ -314,8 +339,13 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
         let (time, seen, what) = &taken[session];
         stamped.push(time - killed_at);
         observed.push(seen - killed_at);
-        if u128::try_from(time - killed_at).unwrap_or(0) > bound.as_millis() {
-            late.push(format!("{session}: {} ms ({what})", time - killed_at));
+        // Seen committed (polled every 20 ms): an upper bound of when it resumed.
+        if u128::try_from(seen - killed_at).unwrap_or(0) > bound.as_millis() {
+            late.push(format!(
+                "{session}: seen {} ms after the kill, stamped {} ms ({what})",
+                seen - killed_at,
+                time - killed_at
+            ));
         }
         let notices = notices_after(&view, session, at_kill);
         let log = || view.log(session, Some(at_kill));
@@ -363,7 +393,8 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
          ms, median {stamp_median} ms, max {stamp_max} ms (seen in the database: median \
          {seen_median} ms, max {seen_max} ms; lease {} ms, bound {} ms); {} prompts \
          acknowledged: {} answered, {} interrupted mid-turn, {} fenced before running, {} given \
-         up; {} interrupt requests",
+         up; {} interrupt requests; 300 sessions created in {created:?}, the kill at \
+         {kill_after:?}, the workload sent by {workload_done:?}, settled at {settled:?}",
         left.len(),
         LEASE.as_millis(),
         bound.as_millis(),
@@ -437,6 +468,8 @@ fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
         assert!(Instant::now() < deadline, "the zombie never ran 10 turns");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let stats = |nodes: &Nodes| call(nodes.addr(ZOMBIE), "GET", "/stats", None, 200);
+    let failed_before = stats(&nodes)["failed_write_requests"].as_u64().unwrap_or(0);
     // Freeze it mid-turn (no client talks to it from now on).
     nodes.take_out(ZOMBIE);
     nodes.nodes[ZOMBIE].pause();
@@ -480,6 +513,14 @@ fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
     // Its word timers fire at once: every drain tries to publish; give it a few words' time.
     std::thread::sleep(Duration::from_secs(2));
     nodes.assert_alive();
+    // It did try: its journal rejected writes (the fence), and it is still up.
+    let failed_after = stats(&nodes)["failed_write_requests"].as_u64().unwrap_or(0);
+    assert!(
+        failed_after > failed_before,
+        "the zombie's journal rejected no write after it woke ({failed_before} → \
+         {failed_after}): did it try any?\n{}",
+        nodes.nodes[ZOMBIE].log_tail(40)
+    );
     let view = quiesce(&mut db, SETTLE, "after the zombie woke");
     let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "zombie");
 
@@ -537,10 +578,12 @@ fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
     let fenced_lines = nodes.nodes[ZOMBIE].log_count("enced");
     eprintln!(
         "zombie n{ZOMBIE} ({zombie_id}) frozen with {} claimed turns, {checked} sessions \
-         checked; its writes committed after the pause: {after_pause} (all before the takeover); its log \
-         mentions fencing {fenced_lines} times; {} prompts: {} answered, {} interrupted, {} \
+         checked; its writes committed after the pause: {after_pause} (all before the takeover); \
+         write requests its journal failed after it woke: {}; its log mentions fencing \
+         {fenced_lines} times; {} prompts: {} answered, {} interrupted, {} \
          fenced, {} given up",
         frozen.len(),
+        failed_after - failed_before,
         ledger.acked().len(),
         tally[0],
         tally[1],

@@ -362,7 +362,8 @@ impl Nodes {
         self.nodes.iter().map(|n| n.log_tail(lines)).collect()
     }
 
-    /// Kills every node; keeps the log directory when the thread is panicking.
+    /// Kills every node; keeps the log directory when the thread is panicking (or
+    /// `DS_KEEP_NODE_LOGS` is set).
     fn finish(&mut self) {
         for node in &mut self.nodes {
             if let Some(mut child) = node.process.take() {
@@ -379,7 +380,7 @@ impl Nodes {
                 let _ = child.wait();
             }
         }
-        if std::thread::panicking() {
+        if std::thread::panicking() || std::env::var_os("DS_KEEP_NODE_LOGS").is_some() {
             if let Some(dir) = self.dir.take() {
                 let kept = dir.keep();
                 let _ = writeln!(io::stderr(), "node logs kept in {}", kept.display());
@@ -841,6 +842,8 @@ impl PgView {
     ///   a client — `created`, `prompt.admitted`, `interrupt.requested`, `model.switched`) of one
     ///   epoch all come from one node (the epoch grows with every change of owner, so a second
     ///   node writing turn events at an epoch is a write that escaped its fence);
+    /// - a claim is taken again, while it is live, only right after a restart notice (the
+    ///   sweep's rules): never by a plain turn start on the same or another node;
     /// - no session is left owned by a node that has no row (a dead node whose row was deleted
     ///   while something still referred to it).
     pub fn cluster_violations(&self) -> Vec<String> {
@@ -877,6 +880,27 @@ impl PgView {
                             turn_writer.insert(epoch, node);
                         }
                     }
+                }
+            }
+        }
+        for (session, events) in &self.store.events {
+            let writers = &self.writers[session];
+            // The node that holds the live claim, replaying the log.
+            let mut holder: Option<&str> = None;
+            for (i, e) in events.iter().enumerate() {
+                let node = writers[i].node.as_deref().unwrap_or("-");
+                if e.kind == kind::EXECUTION_STARTED {
+                    let after_notice = i > 0 && super::is_restart_notice(&events[i - 1]);
+                    if let Some(held) = holder.filter(|_| !after_notice) {
+                        bad.push(format!(
+                            "{session}#{}: claimed by {node} while {held}'s claim was live, \
+                             without the restart notice (a second claim of one turn)",
+                            e.seq
+                        ));
+                    }
+                    holder = Some(node);
+                } else if super::is_releasing_terminal(e) {
+                    holder = None;
                 }
             }
         }
