@@ -19,7 +19,9 @@
 //! a pool of reader connections, and the node's lease and listener connections. Every
 //! connection sets `idle_in_transaction_session_timeout` (half the lease: a node paused in the
 //! middle of a transaction loses it, and its row locks, long before its lease lapses) and
-//! `lock_timeout` (the lease: no statement waits forever behind another node).
+//! `lock_timeout` (the lease: no statement waits forever behind another node), and reads and
+//! writes in `READ COMMITTED` whatever the database's default: the conditional updates of
+//! ownership rely on its re-check of a row another transaction changed meanwhile.
 //!
 //! Payloads are stored as TEXT exactly as `serde_json::to_string` writes them (never JSONB), so
 //! the event wire format is byte-for-byte the SQLite one. Text columns that are compared or
@@ -82,6 +84,8 @@ mod store;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_journal;
+#[cfg(test)]
 mod tests_nodes;
 #[cfg(test)]
 mod tests_own;
@@ -140,6 +144,7 @@ impl PgConfig {
         let lease = self.lease();
         format!(
             "SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {}; \
+             SET default_transaction_isolation = 'read committed'; \
              SET application_name = '{}'",
             (lease / 2).as_millis(),
             lease.as_millis(),

@@ -1,10 +1,11 @@
 //! The per-session event log: appending (next seq + insert + projection) and replay reads.
 //!
-//! The seq comes from the session's `event_sequence` row, taken with `INSERT … ON CONFLICT DO
-//! UPDATE … RETURNING`: the row stays locked until COMMIT, so writers of one session on several
-//! nodes serialize on it and seqs stay gap-free (0 for the first event). The event row records
-//! this node and the session's current `owner_epoch`, read by a statement after the seq was
-//! taken (so it sees every ownership change committed before this writer got the seq).
+//! An append is one round trip, the schema's function `ds_append`: the seq comes from the
+//! session's `event_sequence` row, taken with `INSERT … ON CONFLICT DO UPDATE … RETURNING`,
+//! which stays locked until COMMIT, so writers of one session on several nodes serialize on it
+//! and seqs stay gap-free (0 for the first event). The event row records this node and the
+//! session's current `owner_epoch`, read by a later statement of the function (a fresh snapshot:
+//! it sees every ownership change committed before this writer got the seq).
 
 use serde_json::Value;
 
@@ -24,26 +25,12 @@ fn insert(
     time: i64,
 ) -> Result<EventRecord, StoreError> {
     let text = json_text(&data)?;
+    let node = conn.node_arc();
     let row = conn.query_one(
-        "INSERT INTO event_sequence AS q (aggregate_id, seq) VALUES ($1, 0) \
-         ON CONFLICT (aggregate_id) DO UPDATE SET seq = q.seq + 1 RETURNING seq",
-        &[&session.as_str()],
+        "SELECT ds_append($1, $2, $3, $4, $5)",
+        &[&session.as_str(), &kind, &text, &time, &&*node],
     )?;
     let seq = seq_value(row.try_get(0)?)?;
-    let node = conn.node_arc();
-    conn.execute(
-        "INSERT INTO event (aggregate_id, seq, type, data, time, node, epoch) \
-         VALUES ($1, $2, $3, $4, $5, $6, \
-                 COALESCE((SELECT owner_epoch FROM session WHERE id = $1), 0))",
-        &[
-            &session.as_str(),
-            &seq_param(seq),
-            &kind,
-            &text,
-            &time,
-            &&*node,
-        ],
-    )?;
     conn.appended.push((session.clone(), seq));
     Ok(EventRecord {
         session_id: session.clone(),
@@ -136,14 +123,7 @@ fn apply(
             message_id,
             kind,
             data,
-        } => {
-            if input::get_input(conn, message_id)?.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "message {message_id} is a prompt id; prompts enter the transcript by promotion"
-                )));
-            }
-            message::insert_message(conn, session, message_id, kind, seq, data, time)
-        }
+        } => message::insert_appended(conn, session, message_id, kind, seq, data, time),
         _ => Ok(()),
     }
 }

@@ -73,17 +73,14 @@ pub(super) fn insert_input(
     delivery: Delivery,
     time: i64,
 ) -> Result<(), StoreError> {
-    if message_exists(conn, id)? {
-        return Err(StoreError::Conflict(format!(
-            "prompt {id} is already in a transcript"
-        )));
-    }
     let prompt = json_text(prompt)?;
-    conn.execute_or_conflict(
+    // The transcript check and the insert in one statement (one round trip).
+    let inserted = conn.execute_or_conflict(
         concat!(
             "INSERT INTO session_input (",
             input_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, NULL)"
+            ") SELECT $1, $2, $3, $4, $5, $6, NULL \
+             WHERE NOT EXISTS (SELECT 1 FROM session_message WHERE id = $1)"
         ),
         &[
             &id.as_str(),
@@ -95,6 +92,11 @@ pub(super) fn insert_input(
         ],
         || format!("prompt {id} cannot be admitted to session {session}"),
     )?;
+    if inserted == 0 {
+        return Err(StoreError::Conflict(format!(
+            "prompt {id} is already in a transcript"
+        )));
+    }
     Ok(())
 }
 

@@ -61,6 +61,42 @@ pub(super) fn insert_message(
     Ok(())
 }
 
+/// Inserts the transcript row of `session.message.appended`: an id of the inbox (prompts enter
+/// the transcript by promotion) or already in a transcript is a conflict. The inbox check and
+/// the insert are one statement (one round trip).
+pub(super) fn insert_appended(
+    conn: &mut PgConn,
+    session: &SessionId,
+    id: &MessageId,
+    kind: &str,
+    seq: u64,
+    data: &Value,
+    time: i64,
+) -> Result<(), StoreError> {
+    let data = json_text(data)?;
+    let inserted = conn.execute_or_conflict(
+        "INSERT INTO session_message \
+         (id, session_id, type, seq, data, time_created, time_updated) \
+         SELECT $1, $2, $3, $4, $5, $6, $6 \
+         WHERE NOT EXISTS (SELECT 1 FROM session_input WHERE id = $1)",
+        &[
+            &id.as_str(),
+            &session.as_str(),
+            &kind,
+            &seq_param(seq),
+            &data,
+            &time,
+        ],
+        || format!("message {id} cannot be added to session {session}"),
+    )?;
+    if inserted == 0 {
+        return Err(StoreError::Conflict(format!(
+            "message {id} is a prompt id; prompts enter the transcript by promotion"
+        )));
+    }
+    Ok(())
+}
+
 /// Appends a message by publishing `session.message.appended`.
 pub(crate) fn append_message(
     conn: &mut PgConn,

@@ -64,6 +64,26 @@ CREATE TABLE event_sequence (
     seq          BIGINT NOT NULL
 );
 
+-- Appends an event with the next seq of its session, in one round trip. The sequence row stays
+-- locked until COMMIT (writers of one session serialize on it); the epoch is read by a later
+-- statement of this volatile function, with a fresh snapshot, so it sees every ownership
+-- change committed before the seq was taken.
+CREATE FUNCTION ds_append(p_session TEXT, p_type TEXT, p_data TEXT, p_time BIGINT,
+                          p_node TEXT) RETURNS BIGINT
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    next_seq BIGINT;
+BEGIN
+    INSERT INTO event_sequence AS q (aggregate_id, seq) VALUES (p_session, 0)
+        ON CONFLICT (aggregate_id) DO UPDATE SET seq = q.seq + 1
+        RETURNING q.seq INTO next_seq;
+    INSERT INTO event (aggregate_id, seq, type, data, time, node, epoch)
+        VALUES (p_session, next_seq, p_type, p_data, p_time, p_node,
+                COALESCE((SELECT s.owner_epoch FROM session s WHERE s.id = p_session), 0));
+    RETURN next_seq;
+END
+$fn$;
+
 CREATE TABLE session_input (
     id           TEXT COLLATE "C" PRIMARY KEY,
     session_id   TEXT COLLATE "C" NOT NULL REFERENCES session(id) ON DELETE CASCADE,

@@ -10,7 +10,7 @@ use super::node::decode;
 use super::tests::{config, pg_conn, pg_db, PgDb};
 use super::{open, PgBackend, PgConfig};
 use crate::error::StoreError;
-use crate::journal::backend::{Nudge, Ownership, Route, Signal, Store};
+use crate::journal::backend::{Nudge, Ownership, Route, Signal, Store, WriterConnection};
 use crate::journal::sqlite::test_support::{info, sid};
 
 /// A node's configuration with a short lease.
@@ -311,4 +311,140 @@ fn notifications_decode_into_signals() {
     );
     assert_eq!(decode("me", "ds_events", "not json"), None);
     assert_eq!(decode("me", "elsewhere", "{}"), None);
+}
+
+/// A node that cannot reach the database for a whole lease reports its lease lost.
+#[test]
+fn an_unreachable_database_loses_the_lease() -> Result<(), StoreError> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(StoreError::WriterThread)?
+        .port();
+    let cfg = PgConfig {
+        lease: Duration::from_millis(600),
+        ..PgConfig::new(format!("postgres://postgres@127.0.0.1:{port}/none"), "lost")
+    };
+    let node = super::Node::start(&cfg)?;
+    let mut rx = node.take_signals().ok_or(StoreError::Closed)?;
+    let lost = wait_for(&mut rx, Duration::from_secs(5), |s| *s == Signal::LeaseLost);
+    assert_eq!(lost, Some(Signal::LeaseLost));
+    Ok(())
+}
+
+/// The listener reconnects after losing its connection, asks for a rescan (it may have missed
+/// notifications), and hears events again; the writer reconnects at its next batch.
+#[test]
+fn the_listener_reconnects_and_asks_for_a_rescan() -> Result<(), StoreError> {
+    let Some(db) = pg_db("relisten") else {
+        return Ok(());
+    };
+    let (mut a, _a_rx) = node(&config(&db, "a"))?;
+    let (mut b, mut b_rx) = node(&config(&db, "b"))?;
+    let any = Duration::from_secs(5);
+    assert!(wait_for(&mut b_rx, any, |s| *s == Signal::Rescan).is_some());
+    let mut admin = pg_conn(&db, "admin")?;
+    admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'durable-sessions b' AND datname = current_database()",
+        &[],
+    )?;
+    assert_eq!(
+        wait_for(&mut b_rx, any, |s| *s == Signal::Rescan),
+        Some(Signal::Rescan)
+    );
+    commit(&mut a, |s| {
+        s.publish(&sid("s"), "custom.kind", &json!({}), 1)
+    })?;
+    assert_eq!(
+        wait_for(&mut b_rx, any, |s| matches!(s, Signal::Events(_))),
+        Some(Signal::Events(vec![(sid("s"), 0, 0)]))
+    );
+    // b's writer lost its connection too: the first batch may fail, the next one works.
+    if commit(&mut b, |s| {
+        s.publish(&sid("s"), "custom.kind", &json!({}), 2)
+    })
+    .is_err()
+    {
+        commit(&mut b, |s| {
+            s.publish(&sid("s"), "custom.kind", &json!({}), 2)
+        })?;
+    }
+    // b's readers' pool replaces its broken connections.
+    let mut seqs = Vec::new();
+    for _ in 0..3 {
+        let read = b.readers.read(&mut |store| {
+            seqs = store
+                .events_after(&sid("s"), None, 10)?
+                .iter()
+                .map(|e| e.seq)
+                .collect();
+            Ok(())
+        });
+        if read.is_ok() {
+            break;
+        }
+    }
+    assert_eq!(seqs, [0, 1]);
+    Ok(())
+}
+
+/// A zombie: node `a` owns a session, stalls past its lease (here: in the middle of a fenced
+/// transaction, holding the session's row), `b` takes the session over; every late write of
+/// `a` fails, and along the session's log the epoch never decreases.
+#[test]
+fn a_stalled_zombie_is_fenced_and_its_row_lock_released() -> Result<(), StoreError> {
+    let Some(db) = pg_db("zombie") else {
+        return Ok(());
+    };
+    let a_cfg = short(&db, "a", 600);
+    let mut a = {
+        let mut client = super::conn::connect(&a_cfg)?;
+        super::schema::migrate(&mut client)?;
+        super::node::register(&mut client, &a_cfg)?;
+        super::PgWriter::new(super::PgConn::new(client, "a".into()), a_cfg)
+    };
+    let mut b = pg_conn(&db, "b")?;
+    a.store().create_session(&info("s", None, 1))?;
+    assert_eq!(a.store().acquire(&sid("s"))?, Ownership::Owned { epoch: 1 });
+    a.begin()?;
+    a.store().check_fence(&sid("s"), 1)?;
+    a.store().publish(&sid("s"), "turn.step", &json!(1), 2)?;
+    a.commit()?;
+    // `a` stalls inside a fenced transaction; its lease lapses.
+    a.begin()?;
+    a.store().check_fence(&sid("s"), 1)?;
+    b.execute(
+        "UPDATE node SET lease_until = now() - interval '1 second' WHERE node_id = 'a'",
+        &[],
+    )?;
+    // The server ends `a`'s idle transaction after half its lease: `b` gets the session.
+    let started = Instant::now();
+    assert_eq!(b.acquire(&sid("s"))?, Ownership::Owned { epoch: 2 });
+    assert!(started.elapsed() < Duration::from_secs(5));
+    b.publish(&sid("s"), "turn.step", &json!(2), 3)?;
+    // Every late write of `a` fails: the stalled transaction, and a new fenced one.
+    let late = a.store().publish(&sid("s"), "turn.step", &json!("late"), 4);
+    assert!(late.is_err() || a.commit().is_err());
+    a.rollback();
+    a.begin()?;
+    let fenced = a.store().check_fence(&sid("s"), 1);
+    assert!(
+        matches!(fenced, Err(StoreError::Fenced { epoch: 1, .. })),
+        "{fenced:?}"
+    );
+    a.rollback();
+    let rows = b.query(
+        "SELECT epoch, node, data FROM event WHERE aggregate_id = 's' ORDER BY seq",
+        &[],
+    )?;
+    let log: Vec<(i64, String, String)> = rows
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        log.iter().skip(1).cloned().collect::<Vec<_>>(),
+        [(1, "a".into(), "1".into()), (2, "b".into(), "2".into())]
+    );
+    assert!(log.windows(2).all(|w| w[0].0 <= w[1].0), "{log:?}");
+    Ok(())
 }

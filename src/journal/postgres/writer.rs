@@ -100,9 +100,10 @@ pub(crate) fn events_payload(node: &str, appended: &[(SessionId, u64)]) -> Strin
     for (session, seq) in appended {
         match index.get(session.as_str()) {
             Some(&i) => {
-                let entry = &mut order[i];
-                entry.1 = entry.1.min(*seq);
-                entry.2 = entry.2.max(*seq);
+                if let Some(entry) = order.get_mut(i) {
+                    entry.1 = entry.1.min(*seq);
+                    entry.2 = entry.2.max(*seq);
+                }
             }
             None => {
                 index.insert(session.as_str(), order.len());
