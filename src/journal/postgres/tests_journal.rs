@@ -24,9 +24,14 @@ fn journal(db: &super::tests::PgDb, node: &str) -> (Journal, Node, UnboundedRece
     let signals = backend.node.take_signals().expect("signals");
     let persistence =
         Persistence::start(backend.readers, backend.writer, true, 1024).expect("start");
+    // The node stays with the caller (its signals are taken above), not in the journal.
     let journal = Journal {
-        persistence: Arc::new(persistence),
-        shared: true,
+        inner: Arc::new(crate::journal::Inner {
+            persistence,
+            shared: true,
+            resyncs: std::sync::atomic::AtomicU64::new(0),
+            node: None,
+        }),
     };
     (journal, backend.node, signals)
 }
