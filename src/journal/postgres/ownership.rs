@@ -14,6 +14,13 @@ use crate::journal::backend::{Nudge, Ownership, Route};
 /// grows unless this node owns it already. One conditional update (the lease compared with
 /// the database's clock); when it takes nothing, the owner is read (and should that owner have
 /// released it in between, the update is tried again).
+///
+/// A session another boot left claimed (its node died or left mid-turn) is not taken here:
+/// that turn is the takeover's, which adopts it with the restart sweep's rules (an attempt
+/// counted, the restart notice, the resumption handed to the runner, `aborted` over budget, the
+/// interrupt fence). Taking it here would let a wake start a plain turn over the dead turn's
+/// claim. It reads as [`Ownership::Elsewhere`], naming the boot that holds the claim; the
+/// durable wake mark or interrupt request is served when the takeover resumes the turn.
 pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownership, StoreError> {
     let me = conn.node_arc();
     for _ in 0..3 {
@@ -23,7 +30,8 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
                 take_ownership!("$2"),
                 " WHERE s.id = $1 AND ",
                 not_held_elsewhere!("$2"),
-                " RETURNING s.owner_epoch"
+                " AND (s.owner_node = $2 OR s.time_suspended IS NULL OR s.claim_boot = $2) \
+                 RETURNING s.owner_epoch"
             ),
             &[&session.as_str(), &&*me],
         )?;
@@ -33,7 +41,8 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
             });
         }
         let owner = conn.query_opt(
-            "SELECT owner_node FROM session WHERE id = $1",
+            "SELECT owner_node, CASE WHEN time_suspended IS NOT NULL THEN claim_boot END \
+             FROM session WHERE id = $1",
             &[&session.as_str()],
         )?;
         match owner {
@@ -42,6 +51,12 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
                 if let Some(node) = row.try_get::<_, Option<String>>(0)? {
                     if node != *me {
                         return Ok(Ownership::Elsewhere { node });
+                    }
+                }
+                // Nobody owns it, and another boot's claim holds it: the takeover's.
+                if let Some(boot) = row.try_get::<_, Option<String>>(1)? {
+                    if boot != *me {
+                        return Ok(Ownership::Elsewhere { node: boot });
                     }
                 }
             }

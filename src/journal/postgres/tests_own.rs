@@ -167,6 +167,44 @@ fn acquire_takes_free_own_and_lapsed_sessions_only() -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A session a dead node left claimed is not taken by `acquire` (a wake would start a plain
+/// turn over the dead turn's claim): it is the takeover's, whose counting takes it; a node that
+/// left gracefully is no different. An unclaimed session of a dead node is taken as before.
+#[test]
+fn acquire_leaves_a_dead_nodes_claimed_turn_to_the_takeover() -> Result<(), StoreError> {
+    let Some(db) = pg_db("acquire_claimed") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    for id in ["busy", "idle"] {
+        create(&mut a, id)?;
+        assert_eq!(a.acquire(&sid(id))?, Ownership::Owned { epoch: 1 });
+    }
+    a.publish(
+        &sid("busy"),
+        kind::EXECUTION_STARTED,
+        &json!({"boot": "a"}),
+        5,
+    )?;
+    assert_eq!(a.acquire(&sid("busy"))?, Ownership::Owned { epoch: 1 }, "its own");
+    lapse(&mut b, "a")?;
+    assert_eq!(
+        b.acquire(&sid("busy"))?,
+        Ownership::Elsewhere { node: "a".into() }
+    );
+    assert_eq!(b.acquire(&sid("idle"))?, Ownership::Owned { epoch: 2 });
+    // Released (a graceful leave keeps the claim): still the takeover's.
+    sql(&mut a, "UPDATE session SET owner_node = NULL WHERE id = 'busy'")?;
+    assert_eq!(
+        b.acquire(&sid("busy"))?,
+        Ownership::Elsewhere { node: "a".into() }
+    );
+    assert_eq!(b.count_resume(&sid("busy"), "b")?, Some(1));
+    assert_eq!(b.acquire(&sid("busy"))?, Ownership::Owned { epoch: 2 });
+    Ok(())
+}
+
 #[test]
 fn check_fence_passes_only_the_owner_at_its_epoch() -> Result<(), StoreError> {
     let Some(db) = pg_db("fence") else {
