@@ -124,7 +124,10 @@ pub(crate) fn nudge_payload(session: &SessionId, nudge: Nudge) -> String {
 }
 
 /// Where `nudge` must be carried out: on the live node other than this one that owns
-/// `session` (notified on its channel, delivered at COMMIT), else here.
+/// `session` (notified on its channel, delivered at COMMIT), else here — unless the session
+/// holds a turn another boot left claimed (its node died or left): that turn is the takeover's
+/// (see [`acquire`]), which serves the durable wake mark or interrupt request when it resumes
+/// the turn, so nothing is carried out here (`Remote` naming that boot, nobody notified).
 pub(crate) fn route(
     conn: &mut PgConn,
     session: &SessionId,
@@ -137,7 +140,18 @@ pub(crate) fn route(
         &[&session.as_str(), &&*me],
     )?;
     let Some(row) = owner else {
-        return Ok(Route::Local);
+        let orphan = conn.query_opt(
+            "SELECT COALESCE(claim_boot, '') FROM session WHERE id = $1 \
+             AND time_suspended IS NOT NULL AND claim_boot IS DISTINCT FROM $2 \
+             AND owner_node IS DISTINCT FROM $2",
+            &[&session.as_str(), &&*me],
+        )?;
+        return Ok(match orphan {
+            Some(row) => Route::Remote {
+                node: row.try_get(0)?,
+            },
+            None => Route::Local,
+        });
     };
     let node: String = row.try_get(0)?;
     let payload = nudge_payload(session, nudge);

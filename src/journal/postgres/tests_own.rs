@@ -11,7 +11,7 @@ use super::writer::{events_payload, MAX_PAYLOAD};
 use super::{event, schema, PgWriter};
 use crate::error::StoreError;
 use crate::event::kind;
-use crate::journal::backend::{Ownership, Store, WriterConnection};
+use crate::journal::backend::{Nudge, Ownership, Route, Store, WriterConnection};
 use crate::journal::sqlite::test_support::{info, mid, sid};
 use crate::records::Delivery;
 
@@ -200,8 +200,15 @@ fn acquire_leaves_a_dead_nodes_claimed_turn_to_the_takeover() -> Result<(), Stor
         b.acquire(&sid("busy"))?,
         Ownership::Elsewhere { node: "a".into() }
     );
+    // A wake or an interrupt received meanwhile is carried out by the takeover, not here.
+    assert_eq!(
+        b.route(&sid("busy"), Nudge::Wake(6))?,
+        Route::Remote { node: "a".into() }
+    );
+    assert_eq!(b.route(&sid("idle"), Nudge::Wake(6))?, Route::Local);
     assert_eq!(b.count_resume(&sid("busy"), "b")?, Some(1));
     assert_eq!(b.acquire(&sid("busy"))?, Ownership::Owned { epoch: 2 });
+    assert_eq!(b.route(&sid("busy"), Nudge::Wake(6))?, Route::Local);
     Ok(())
 }
 
