@@ -1055,6 +1055,18 @@ impl Ledger {
     /// `aborted` turn of its session gave it up. Returns `[answered, interrupted mid-turn,
     /// fenced before running, given up]`.
     pub fn check(&self, view: &StoreView, context: &str) -> [usize; 4] {
+        let (tally, bad) = self.problems(view);
+        assert!(
+            bad.is_empty(),
+            "{context}: {} acknowledged prompt(s) not served:\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+        tally
+    }
+
+    /// What [`Ledger::check`] checks: the tally, and one line per prompt not served.
+    pub fn problems(&self, view: &StoreView) -> ([usize; 4], Vec<String>) {
         let replies = view.replies();
         let mut tally = [0; 4];
         let mut bad = Vec::new();
@@ -1098,13 +1110,7 @@ impl Ledger {
                 )),
             }
         }
-        assert!(
-            bad.is_empty(),
-            "{context}: {} acknowledged prompt(s) not served:\n{}",
-            bad.len(),
-            bad.join("\n")
-        );
-        tally
+        (tally, bad)
     }
 }
 

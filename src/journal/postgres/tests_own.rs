@@ -187,7 +187,11 @@ fn acquire_leaves_a_dead_nodes_claimed_turn_to_the_takeover() -> Result<(), Stor
         &json!({"boot": "a"}),
         5,
     )?;
-    assert_eq!(a.acquire(&sid("busy"))?, Ownership::Owned { epoch: 1 }, "its own");
+    assert_eq!(
+        a.acquire(&sid("busy"))?,
+        Ownership::Owned { epoch: 1 },
+        "its own"
+    );
     lapse(&mut b, "a")?;
     assert_eq!(
         b.acquire(&sid("busy"))?,
@@ -195,7 +199,10 @@ fn acquire_leaves_a_dead_nodes_claimed_turn_to_the_takeover() -> Result<(), Stor
     );
     assert_eq!(b.acquire(&sid("idle"))?, Ownership::Owned { epoch: 2 });
     // Released (a graceful leave keeps the claim): still the takeover's.
-    sql(&mut a, "UPDATE session SET owner_node = NULL WHERE id = 'busy'")?;
+    sql(
+        &mut a,
+        "UPDATE session SET owner_node = NULL WHERE id = 'busy'",
+    )?;
     assert_eq!(
         b.acquire(&sid("busy"))?,
         Ownership::Elsewhere { node: "a".into() }
@@ -294,7 +301,10 @@ fn survivors_share_a_dead_nodes_sessions_without_double_counting() -> Result<(),
     a.mark_wake(&mid("p"))?;
     assert!(b.list_claimed(Some("b"))?.is_empty(), "a is alive");
     assert!(b.adoptable()?.is_empty());
-    assert!(a.adoptable()?.is_empty(), "its own wake serves its own owed session");
+    assert!(
+        a.adoptable()?.is_empty(),
+        "its own wake serves its own owed session"
+    );
     assert_eq!(b.count_resume(&sid("busy"), "b")?, None);
     assert_eq!(b.count_adoption(&sid("owed"))?, None);
     assert_eq!(a.list_claimed(Some("a2"))?, [sid("busy")], "its own");
