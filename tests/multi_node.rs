@@ -117,17 +117,28 @@ fn assert_every_invariant(
     let (tally, unserved) = ledger.problems(&view.store);
     bad.extend(unserved);
     if !bad.is_empty() {
-        let sessions: BTreeSet<String> = bad
-            .iter()
-            .filter_map(|line| {
-                view.store
-                    .sessions
-                    .keys()
-                    .find(|s| line.contains(s.as_str()))
-                    .cloned()
-            })
-            .take(3)
-            .collect();
+        // The logs of a few sessions of each kind of violation (the first word tells it).
+        let mut sessions: BTreeSet<String> = BTreeSet::new();
+        let mut per_kind: BTreeMap<String, usize> = BTreeMap::new();
+        for line in &bad {
+            let kind = line.split([' ', '#', ':']).next().unwrap_or("").to_owned();
+            let kind = if kind.starts_with('s') {
+                "session".into()
+            } else {
+                kind
+            };
+            let session = view
+                .store
+                .sessions
+                .keys()
+                .find(|s| line.contains(s.as_str()));
+            let taken = per_kind.entry(kind).or_default();
+            if let Some(session) = session.filter(|_| *taken < 3) {
+                if sessions.insert(session.clone()) {
+                    *taken += 1;
+                }
+            }
+        }
         let logs: Vec<String> = sessions
             .iter()
             .map(|s| format!("{s}:\n{}", view.log(s, None)))
@@ -347,11 +358,7 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
     }
     nodes.assert_alive();
 
-    // Settle, then check.
-    let workload_done = begun.elapsed();
-    let view = quiesce(&mut db, SETTLE, "after the kill");
-    let settled = begun.elapsed();
-    let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "killed");
+    // How long the takeover took, printed before anything else is checked.
     // From the kill: the lease (its lapse) + 1 s, allowing the takeover tick (every lease / 2)
     // on top: a survivor's tick comes at most lease / 2 after the lapse, and the adoption of
     // all the turns (counted, then noticed and claimed, in two transactions) must commit within
@@ -359,10 +366,8 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
     let tick = LEASE / 2;
     let bound = LEASE + Duration::from_secs(1) + tick;
     let (mut stamped, mut observed, mut after_lapse) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut resumed, mut fenced) = (0, 0);
     let mut late = Vec::new();
-    for (session, &(at_kill, epoch)) in &left {
-        let (time, seen, what) = &taken[session];
+    for (session, (time, seen, what)) in &taken {
         stamped.push(time - killed_at);
         observed.push(seen - killed_at);
         after_lapse.push(seen - lapse_at);
@@ -374,6 +379,31 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
                 time - killed_at
             ));
         }
+    }
+    let (stamp_min, stamp_median, stamp_max) = spread_of(&mut stamped);
+    let (_, seen_median, seen_max) = spread_of(&mut observed);
+    let (_, _, lapse_max) = spread_of(&mut after_lapse);
+    eprintln!(
+        "killed node n{VICTIM} ({victim_id}) at {kill_after:?} holding {} claimed turns; \
+         takeover after the kill (event time) min {stamp_min} ms, median {stamp_median} ms, \
+         max {stamp_max} ms (seen committed: median {seen_median} ms, max {seen_max} ms); the \
+         lease lapsed {} ms after the kill, the last adoption was seen {lapse_max} ms after the \
+         lapse; lease {} ms, tick {} ms, bound {} ms",
+        left.len(),
+        lapse_at - killed_at,
+        LEASE.as_millis(),
+        tick.as_millis(),
+        bound.as_millis(),
+    );
+
+    // Settle, then check.
+    let workload_done = begun.elapsed();
+    let view = quiesce(&mut db, SETTLE, "after the kill");
+    let settled = begun.elapsed();
+    let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "killed");
+    let (mut resumed, mut fenced) = (0, 0);
+    for (session, &(at_kill, epoch)) in &left {
+        let what = &taken[session].2;
         let notices = notices_after(&view, session, at_kill);
         let log = || view.log(session, Some(at_kill));
         if notices.is_empty() {
@@ -412,24 +442,11 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
         );
         resumed += 1;
     }
-    let (stamp_min, stamp_median, stamp_max) = spread_of(&mut stamped);
-    let (_, seen_median, seen_max) = spread_of(&mut observed);
-    let (_, _, lapse_max) = spread_of(&mut after_lapse);
     eprintln!(
-        "killed node n{VICTIM} ({victim_id}) holding {} claimed turns: {resumed} resumed, \
-         {fenced} recorded as interrupted; takeover after the kill (event time) min {stamp_min} \
-         ms, median {stamp_median} ms, max {stamp_max} ms (seen in the database: median \
-         {seen_median} ms, max {seen_max} ms; the lease lapsed {} ms after the kill, the last \
-         adoption was seen {lapse_max} ms after the lapse; lease {} ms, tick {} ms, bound {} \
-         ms); {} prompts \
-         acknowledged: {} answered, {} interrupted mid-turn, {} fenced before running, {} given \
-         up; {} interrupt requests; 300 sessions created in {created:?}, the kill at \
-         {kill_after:?}, the workload sent by {workload_done:?}, settled at {settled:?}",
-        left.len(),
-        lapse_at - killed_at,
-        LEASE.as_millis(),
-        tick.as_millis(),
-        bound.as_millis(),
+        "{resumed} resumed, {fenced} recorded as interrupted; {} prompts acknowledged: {} \
+         answered, {} interrupted mid-turn, {} fenced before running, {} given up; {} interrupt \
+         requests; 300 sessions created in {created:?}, the workload sent by \
+         {workload_done:?}, settled at {settled:?}",
         ledger.acked().len(),
         tally[0],
         tally[1],
@@ -880,7 +897,12 @@ fn random_node_kills_keep_every_invariant() {
         handle.join().expect("workload thread");
     }
     nodes.assert_alive();
+    let settling = Instant::now();
     let view = quiesce(&mut db, SETTLE, "after the kills");
+    eprintln!(
+        "{KILLS} kills ({kills_per_node:?} per node) in {killing:?}, settled {:?} later",
+        settling.elapsed()
+    );
     let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "kills");
     let notices: usize = view
         .store
@@ -897,7 +919,7 @@ fn random_node_kills_keep_every_invariant() {
     let events: usize = view.store.events.values().map(Vec::len).sum();
     let epochs: i64 = view.owners.values().map(|(_, e)| *e).sum();
     eprintln!(
-        "{KILLS} kills ({kills_per_node:?} per node) in {killing:?}; {events} events; {} prompts \
+        "{events} events; {} prompts \
          acknowledged: {} answered, {} interrupted mid-turn, {} fenced before running, {} given \
          up; {} interrupt requests; {notices} restart notices, {aborts} aborted turns; {epochs} \
          changes of owner",
