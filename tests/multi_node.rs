@@ -104,6 +104,7 @@ fn interrupt(spread: &Spread, preferred: usize, session: &str) {
 /// Every store-wide invariant on `view` (the crash matrix's, the cluster's, the SQL ones) and
 /// every acknowledged prompt served (all reported together); returns the ledger's tally.
 fn assert_every_invariant(
+    cluster: &PgCluster,
     db: &mut postgres::Client,
     view: &PgView,
     ledger: &Ledger,
@@ -143,8 +144,15 @@ fn assert_every_invariant(
             .iter()
             .map(|s| format!("{s}:\n{}", view.log(s, None)))
             .collect();
+        // The server's own account of the errors the nodes saw (their logs say "db error").
+        let server_log = cluster.log();
+        let errors: Vec<&str> = server_log
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("DETAIL") || l.contains("STATEMENT"))
+            .collect();
+        let errors = errors[errors.len().saturating_sub(40)..].join("\n");
         panic!(
-            "{context}: {} invariant violation(s):\n{}\n\nlogs:\n{}\n\nnodes {:?}\n{}",
+            "{context}: {} invariant violation(s):\n{}\n\nlogs:\n{}\n\nPostgreSQL errors:\n{errors}\n\nnodes {:?}\n{}",
             bad.len(),
             bad.iter().take(40).cloned().collect::<Vec<_>>().join("\n"),
             logs.join("\n"),
@@ -179,7 +187,7 @@ fn spread_of(values: &mut [i64]) -> (i64, i64, i64) {
 /// every invariant holds.
 #[test]
 fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
-    let Some((_turn, _cluster, url)) = database(
+    let Some((_turn, cluster, url)) = database(
         "a_killed_nodes_turns_resume_on_a_survivor_within_the_lease",
         "killed_node",
     ) else {
@@ -400,7 +408,15 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
     let workload_done = begun.elapsed();
     let view = quiesce(&mut db, SETTLE, "after the kill");
     let settled = begun.elapsed();
-    let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "killed");
+    let tally = assert_every_invariant(
+        &cluster,
+        &mut db,
+        &view,
+        &ledger,
+        MAX_ATTEMPTS,
+        &nodes,
+        "killed",
+    );
     let (mut resumed, mut fenced) = (0, 0);
     for (session, &(at_kill, epoch)) in &left {
         let what = &taken[session].2;
@@ -471,7 +487,7 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
 /// the epoch never decreases.
 #[test]
 fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
-    let Some((_turn, _cluster, url)) = database(
+    let Some((_turn, cluster, url)) = database(
         "a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover",
         "zombie_node",
     ) else {
@@ -571,7 +587,15 @@ fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
         nodes.nodes[ZOMBIE].log_tail(40)
     );
     let view = quiesce(&mut db, SETTLE, "after the zombie woke");
-    let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "zombie");
+    let tally = assert_every_invariant(
+        &cluster,
+        &mut db,
+        &view,
+        &ledger,
+        MAX_ATTEMPTS,
+        &nodes,
+        "zombie",
+    );
 
     // No late write of the zombie: in each of its sessions, nothing of its node after the first
     // write of the epoch that took the session over.
@@ -649,7 +673,7 @@ fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
 /// nodes.
 #[test]
 fn any_node_admits_and_streams_any_session() {
-    let Some((_turn, _cluster, url)) =
+    let Some((_turn, cluster, url)) =
         database("any_node_admits_and_streams_any_session", "any_node")
     else {
         return;
@@ -817,7 +841,7 @@ fn any_node_admits_and_streams_any_session() {
         );
     }
     let view = PgView::read(&mut db);
-    assert_every_invariant(&mut db, &view, &ledger, 10, &nodes, "any node");
+    assert_every_invariant(&cluster, &mut db, &view, &ledger, 10, &nodes, "any node");
 }
 
 /// At least 50 `SIGKILL`s of random nodes (each restarted after a random pause, so at least two
@@ -829,7 +853,7 @@ fn any_node_admits_and_streams_any_session() {
 /// respected; and the epoch never decreasing along a log, one writer per epoch.
 #[test]
 fn random_node_kills_keep_every_invariant() {
-    let Some((_turn, _cluster, url)) =
+    let Some((_turn, cluster, url)) =
         database("random_node_kills_keep_every_invariant", "random_kills")
     else {
         return;
@@ -903,7 +927,15 @@ fn random_node_kills_keep_every_invariant() {
         "{KILLS} kills ({kills_per_node:?} per node) in {killing:?}, settled {:?} later",
         settling.elapsed()
     );
-    let tally = assert_every_invariant(&mut db, &view, &ledger, MAX_ATTEMPTS, &nodes, "kills");
+    let tally = assert_every_invariant(
+        &cluster,
+        &mut db,
+        &view,
+        &ledger,
+        MAX_ATTEMPTS,
+        &nodes,
+        "kills",
+    );
     let notices: usize = view
         .store
         .sessions
