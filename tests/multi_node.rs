@@ -199,6 +199,7 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
         lease: LEASE,
         word_delay: Duration::from_millis(100),
         max_resume_attempts: MAX_ATTEMPTS,
+        server_log: Some(cluster.dir().join("postgres.log")),
     };
     let mut nodes = Nodes::start(&url, 3, &options);
     let mut db = connect(&url);
@@ -500,6 +501,7 @@ fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
         // Long turns (~4 s): the zombie is still mid-reply when it wakes.
         word_delay: Duration::from_millis(200),
         max_resume_attempts: MAX_ATTEMPTS,
+        server_log: Some(cluster.dir().join("postgres.log")),
     };
     let mut nodes = Nodes::start(&url, 3, &options);
     let mut db = connect(&url);
@@ -682,6 +684,7 @@ fn any_node_admits_and_streams_any_session() {
         lease: Duration::from_secs(5),
         word_delay: Duration::from_millis(50),
         max_resume_attempts: 10,
+        server_log: Some(cluster.dir().join("postgres.log")),
     };
     let nodes = Nodes::start(&url, 3, &options);
     let mut db = connect(&url);
@@ -866,6 +869,7 @@ fn random_node_kills_keep_every_invariant() {
         lease: Duration::from_secs(1),
         word_delay: Duration::from_millis(40),
         max_resume_attempts: MAX_ATTEMPTS,
+        server_log: Some(cluster.dir().join("postgres.log")),
     };
     let mut nodes = Nodes::start(&url, 3, &options);
     let mut db = connect(&url);

@@ -44,6 +44,9 @@ pub struct NodeOptions {
     pub word_delay: Duration,
     /// `--max-resume-attempts`.
     pub max_resume_attempts: u32,
+    /// The PostgreSQL server's log, whose errors a failure message shows (the nodes log only
+    /// "db error").
+    pub server_log: Option<PathBuf>,
 }
 
 /// One `server` process on the shared database; killed (and reaped) on drop, continued first
@@ -235,6 +238,19 @@ impl Node {
                     tail.join("\n")
                 ));
             }
+        }
+        if let Some(log) = &self.options.server_log {
+            let body = std::fs::read_to_string(log).unwrap_or_default();
+            let errors: Vec<&str> = body
+                .lines()
+                .filter(|l| l.contains("ERROR") || l.contains("DETAIL") || l.contains("FATAL"))
+                .collect();
+            let tail = &errors[errors.len().saturating_sub(lines)..];
+            text.push_str(&format!(
+                "--- PostgreSQL errors ({}) ---\n{}\n",
+                log.display(),
+                tail.join("\n")
+            ));
         }
         text
     }
