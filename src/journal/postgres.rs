@@ -145,6 +145,7 @@ impl PgConfig {
         format!(
             "SET idle_in_transaction_session_timeout = {}; SET lock_timeout = {}; \
              SET default_transaction_isolation = 'read committed'; \
+             SET standard_conforming_strings = on; \
              SET application_name = '{}'",
             (lease / 2).as_millis(),
             lease.as_millis(),

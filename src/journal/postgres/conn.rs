@@ -47,6 +47,9 @@ pub(crate) struct PgConn {
     /// A statement failed since the flag was last cleared: the server aborted the transaction
     /// (or the innermost savepoint) it ran in.
     pub(crate) failed: bool,
+    /// Transaction control deferred by the writer (`BEGIN`, `RELEASE`, `SAVEPOINT`…), sent in
+    /// one round trip together before the next statement.
+    pending: String,
 }
 
 impl std::fmt::Debug for PgConn {
@@ -67,6 +70,7 @@ impl PgConn {
             node,
             appended: Vec::new(),
             failed: false,
+            pending: String::new(),
         }
     }
 
@@ -95,6 +99,7 @@ impl PgConn {
     /// Replaces a lost connection with `client` (prepared statements are per connection).
     pub(crate) fn replace_client(&mut self, client: Client) {
         self.statements.clear();
+        self.pending.clear();
         if let Some(old) = self.client.replace(client) {
             drop_off_runtime(old);
         }
@@ -107,8 +112,32 @@ impl PgConn {
         StoreError::Postgres(e)
     }
 
-    /// The prepared statement for `sql` (prepared once per connection).
+    /// Defers `sql` (transaction control, no result) until the next round trip.
+    pub(crate) fn defer(&mut self, sql: &str) {
+        if !self.pending.is_empty() {
+            self.pending.push_str("; ");
+        }
+        self.pending.push_str(sql);
+    }
+
+    /// Forgets what was deferred.
+    pub(crate) fn discard(&mut self) {
+        self.pending.clear();
+    }
+
+    /// Sends what was deferred, in one round trip.
+    pub(crate) fn flush(&mut self) -> Result<(), StoreError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let sql = std::mem::take(&mut self.pending);
+        self.batch(&sql)
+    }
+
+    /// The prepared statement for `sql` (prepared once per connection), after what was
+    /// deferred.
     fn prepared(&mut self, sql: &str) -> Result<Statement, StoreError> {
+        self.flush()?;
         if let Some(stmt) = self.statements.get(sql) {
             return Ok(stmt.clone());
         }
@@ -164,7 +193,7 @@ impl PgConn {
         }
     }
 
-    /// Runs SQL text (transaction control) without preparing it.
+    /// Runs SQL text (transaction control) without preparing it, ignoring what was deferred.
     pub(crate) fn batch(&mut self, sql: &str) -> Result<(), StoreError> {
         let done = self.client()?.batch_execute(sql);
         done.map_err(|e| self.fail(e))

@@ -8,7 +8,7 @@
 //! aborted transaction (which the server turns into a `ROLLBACK` without an error) fails.
 //!
 //! The notification: `{"node":<id>,"sessions":[[<session>,<lowest seq>,<highest seq>],…]}` on
-//! channel `ds_events`, sent just before COMMIT (PostgreSQL delivers it at COMMIT, and only if
+//! channel `ds_events`, sent with the COMMIT (PostgreSQL delivers it at COMMIT, and only if
 //! the transaction commits), naming every session the batch appended to. When that would
 //! exceed [`MAX_PAYLOAD`] bytes: `{"node":<id>,"many":true}`.
 
@@ -39,6 +39,8 @@ pub(crate) struct PgWriter {
     aborted: bool,
     /// How many appended events the batch had when the request's savepoint opened.
     mark: usize,
+    /// The last request's savepoint is kept but its `RELEASE` not yet sent.
+    release_due: bool,
 }
 
 impl std::fmt::Debug for PgWriter {
@@ -60,6 +62,7 @@ impl PgWriter {
             in_savepoint: false,
             aborted: false,
             mark: 0,
+            release_due: false,
         }
     }
 
@@ -70,15 +73,26 @@ impl PgWriter {
         }
     }
 
-    /// Sends the batch's `ds_events` notification (delivered at COMMIT).
-    fn notify_events(&mut self) -> Result<(), StoreError> {
+    /// Defers the batch's `ds_events` notification (delivered at COMMIT), as a literal: it goes
+    /// out with the COMMIT, in the same round trip.
+    fn notify_events(&mut self) {
         if self.conn.appended.is_empty() {
-            return Ok(());
+            return;
         }
         let payload = events_payload(self.conn.node(), &self.conn.appended);
-        self.conn
-            .query_one("SELECT pg_notify($1, $2)", &[&EVENTS_CHANNEL, &payload])?;
-        Ok(())
+        // `standard_conforming_strings` is on (the session settings): only quotes double.
+        let literal = payload.replace('\'', "''");
+        self.conn.defer(&format!(
+            "SELECT pg_notify('{EVENTS_CHANNEL}', '{literal}')"
+        ));
+    }
+
+    /// Defers the `RELEASE` of the last request's savepoint, if due.
+    fn defer_release(&mut self) {
+        if self.release_due {
+            self.release_due = false;
+            self.conn.defer("RELEASE SAVEPOINT request");
+        }
     }
 
     /// Forgets the transaction's state.
@@ -87,8 +101,10 @@ impl PgWriter {
         self.in_savepoint = false;
         self.aborted = false;
         self.mark = 0;
+        self.release_due = false;
         self.conn.appended.clear();
         self.conn.failed = false;
+        self.conn.discard();
     }
 }
 
@@ -123,6 +139,11 @@ pub(crate) fn events_payload(node: &str, appended: &[(SessionId, u64)]) -> Strin
     }
 }
 
+/// Transaction control is deferred and sent with the next statement, in one round trip: `BEGIN`
+/// with the first request's `SAVEPOINT`, each `RELEASE` with the next `SAVEPOINT`, the last
+/// `RELEASE`, the notification and `COMMIT` together. A deferred command that fails surfaces at
+/// the next round trip, which then fails (and with it the batch): nothing commits that should
+/// not.
 impl WriterConnection for PgWriter {
     fn begin(&mut self) -> Result<(), StoreError> {
         self.reset();
@@ -131,7 +152,7 @@ impl WriterConnection for PgWriter {
             let client = connect(&self.cfg)?;
             self.conn.replace_client(client);
         }
-        self.conn.batch("BEGIN")?;
+        self.conn.defer("BEGIN");
         self.in_tx = true;
         Ok(())
     }
@@ -139,20 +160,28 @@ impl WriterConnection for PgWriter {
     fn savepoint(&mut self) -> Result<(), StoreError> {
         self.note_failure();
         self.conn.failed = false;
-        self.conn.batch("SAVEPOINT request")?;
+        self.defer_release();
+        self.conn.defer("SAVEPOINT request");
         self.in_savepoint = true;
         self.mark = self.conn.appended.len();
         Ok(())
     }
 
     fn release(&mut self) -> Result<(), StoreError> {
-        self.conn.batch("RELEASE SAVEPOINT request")?;
+        if self.in_savepoint && self.conn.failed {
+            // A failed statement left the savepoint aborted: RELEASE would fail.
+            return Err(StoreError::Inconsistent(
+                "a request's savepoint was aborted by a failed statement".into(),
+            ));
+        }
+        self.release_due = true;
         self.in_savepoint = false;
         Ok(())
     }
 
     fn rollback_to(&mut self) -> Result<(), StoreError> {
-        self.conn.batch("ROLLBACK TO SAVEPOINT request")?;
+        self.conn.defer("ROLLBACK TO SAVEPOINT request");
+        self.conn.flush()?;
         self.conn.failed = false;
         let mark = self.mark;
         self.conn.appended.truncate(mark);
@@ -167,9 +196,10 @@ impl WriterConnection for PgWriter {
                 "the write transaction was aborted by a failed statement".into(),
             ));
         }
-        let committed = self
-            .notify_events()
-            .and_then(|()| self.conn.batch("COMMIT"));
+        self.defer_release();
+        self.notify_events();
+        self.conn.defer("COMMIT");
+        let committed = self.conn.flush();
         if committed.is_err() {
             self.rollback();
         } else {
@@ -179,6 +209,9 @@ impl WriterConnection for PgWriter {
     }
 
     fn rollback(&mut self) {
+        // Nothing deferred is sent; a transaction whose BEGIN was never sent gets a warning
+        // from the server, not an error.
+        self.conn.discard();
         if self.in_tx && !self.conn.is_closed() {
             if let Err(e) = self.conn.batch("ROLLBACK") {
                 log::error!("persistence: rollback failed: {e}");
