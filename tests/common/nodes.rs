@@ -98,7 +98,13 @@ impl Node {
         self.generation += 1;
         let stdout = File::create(self.out_path()).expect("node stdout file");
         let stderr = File::create(self.err_path()).expect("node stderr file");
-        let child = Command::new(server_binary())
+        // Run through a link of our own name, so that whoever stops "server" processes by name
+        // on this machine (`pkill server`, `killall server`) leaves this test's nodes alone.
+        let program = self.logs.join("ds-multi-node");
+        if !program.exists() {
+            std::os::unix::fs::symlink(server_binary(), &program).expect("link the server binary");
+        }
+        let child = Command::new(&program)
             .args(["--addr", "127.0.0.1:0", "--db", &self.url, "--node-name"])
             .arg(&self.name)
             .arg("--lease-ms")
