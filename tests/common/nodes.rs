@@ -1041,11 +1041,30 @@ pub fn quiesce(db: &mut Client, timeout: Duration, context: &str) -> PgView {
             quiet_once = true;
         } else {
             quiet_once = false;
-            assert!(
-                Instant::now() < deadline,
-                "{context}: not quiet after {timeout:?}: {}",
-                view.busy()
-            );
+            if Instant::now() >= deadline {
+                let busy: Vec<String> = view
+                    .store
+                    .claimed()
+                    .into_iter()
+                    .chain(view.store.owed())
+                    .take(3)
+                    .map(|s| {
+                        let from = view.store.sequences.get(&s).map(|q| q.saturating_sub(25));
+                        format!(
+                            "{s}: row {:?}, owner {:?}\n{}",
+                            view.store.sessions[&s],
+                            view.owners[&s],
+                            view.log(&s, from)
+                        )
+                    })
+                    .collect();
+                panic!(
+                    "{context}: not quiet after {timeout:?}: {}\nnodes {:?}\n{}",
+                    view.busy(),
+                    view.nodes,
+                    busy.join("\n")
+                );
+            }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
