@@ -55,13 +55,21 @@ pub(crate) async fn resume_suspended_sessions(
         .into_iter()
         .filter(|id| !active.contains(id))
         .collect();
-    let owed = plan.owed.into_iter().filter(|id| !active.contains(id));
+    let owed: Vec<SessionId> = plan
+        .owed
+        .into_iter()
+        .filter(|id| !active.contains(id))
+        .collect();
+    // From the counting (which makes this node their owner) until their resumes are delivered,
+    // wakes and interrupts of these sessions wait: a plain turn must not start next to the
+    // adopted one.
+    let _adopting = registry.adopt(claimed.iter().chain(&owed).cloned().collect());
     let mut orphans = if claimed.is_empty() {
         Vec::new()
     } else {
         journal.count_resumes(claimed, boot.clone()).await?
     };
-    orphans.extend(owed.map(Unfinished::Owed));
+    orphans.extend(owed.into_iter().map(Unfinished::Owed));
     let mut report = SweepReport {
         children_released,
         ..SweepReport::default()

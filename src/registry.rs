@@ -51,6 +51,10 @@ pub struct RegistryStats {
 pub(crate) struct Registry {
     actors: Mutex<HashMap<SessionId, Entry>>,
     active: Mutex<HashSet<SessionId>>,
+    /// Sessions a takeover sweep of this node is adopting right now (from counting their
+    /// attempt, which makes this node their owner, until their resumes are delivered): a wake
+    /// or an interrupt reaching one of them waits for that (see [`Host::adopting`]).
+    adopting: Mutex<HashSet<SessionId>>,
     /// Woken when `active` becomes empty (what `shutdown` waits for).
     idle: tokio::sync::Notify,
     arbiters: Vec<ArbiterHandle>,
@@ -97,6 +101,7 @@ impl Registry {
         Self {
             actors: Mutex::new(HashMap::new()),
             active: Mutex::new(HashSet::new()),
+            adopting: Mutex::new(HashSet::new()),
             idle: tokio::sync::Notify::new(),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
@@ -222,6 +227,15 @@ impl Registry {
         }
     }
 
+    /// Marks `ids` as being adopted by a sweep of this node until the returned guard drops.
+    pub(crate) fn adopt(&self, ids: Vec<SessionId>) -> Adopting<'_> {
+        lock(&self.adopting).extend(ids.iter().cloned());
+        Adopting {
+            registry: self,
+            ids,
+        }
+    }
+
     /// Sessions with a turn in this process (starting, draining, stopping or settling).
     pub(crate) fn active(&self) -> BTreeSet<SessionId> {
         lock(&self.active).iter().cloned().collect()
@@ -299,7 +313,31 @@ impl Registry {
     }
 }
 
+/// Sessions a sweep is adopting ([`Registry::adopt`]); unmarked on drop.
+#[derive(Debug)]
+pub(crate) struct Adopting<'a> {
+    registry: &'a Registry,
+    ids: Vec<SessionId>,
+}
+
+impl Drop for Adopting<'_> {
+    fn drop(&mut self) {
+        let mut adopting = lock(&self.registry.adopting);
+        for id in &self.ids {
+            adopting.remove(id);
+        }
+        if sparse(adopting.len(), adopting.capacity()) {
+            let len = adopting.len();
+            adopting.shrink_to(len * 2);
+        }
+    }
+}
+
 impl Host for Registry {
+    fn adopting(&self, id: &SessionId) -> bool {
+        lock(&self.adopting).contains(id)
+    }
+
     fn activate(&self, id: &SessionId) {
         Registry::activate(self, id);
     }

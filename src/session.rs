@@ -66,6 +66,12 @@ pub(crate) trait Host: Send + Sync {
     fn forget(&self, id: &SessionId, generation: u64, why: Forget);
     /// The clock of [`Stamp::touched`].
     fn now_ms(&self) -> u64;
+    /// A takeover sweep of this node is adopting the session: it owns it already and has
+    /// counted (or is counting) the turn's attempt, and the restart notice, the claim and the
+    /// resume (with the resumption) are on their way. A wake or an interrupt handled meanwhile
+    /// would start a plain turn next to the adopted one (a second claim, and the resumption
+    /// dropped when the resume joins it): they wait until the adoption is done.
+    fn adopting(&self, id: &SessionId) -> bool;
 }
 
 /// What a session actor and its registry entry share (the registry hands it to the actor when

@@ -60,6 +60,11 @@ impl Journal {
     /// retry marks a pending, unfenced input too): the acknowledgement is then a durable promise
     /// that a turn runs for it, even if the process dies before the wake reaches the session.
     /// A conflict raised by the admission's own projection rolls the request back.
+    ///
+    /// With several nodes, a client's exact retry on another node can race the first attempt's
+    /// COMMIT (the first node died after sending it): its read misses the row, and its insert
+    /// then meets the committed row's key, a constraint conflict. Such a conflict is decided
+    /// once more, by a request that reads the committed row (an exact retry, or a conflict).
     pub(crate) async fn admit_prompt(
         &self,
         session: SessionId,
@@ -68,10 +73,39 @@ impl Journal {
         delivery: Delivery,
         resume: bool,
     ) -> Result<(Admitted, Route), StoreError> {
-        let owner = session.clone();
+        let mut again = self.inner.shared;
+        loop {
+            let attempt = self
+                .admit_once(
+                    session.clone(),
+                    id.clone(),
+                    prompt.clone(),
+                    delivery,
+                    resume,
+                )
+                .await;
+            match attempt {
+                Err(StoreError::Conflict(_)) if std::mem::take(&mut again) => {}
+                Err(StoreError::Conflict(_)) => {
+                    return Ok((Admitted::Conflict(session), Route::Local))
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// One request of [`Journal::admit_prompt`]; a constraint conflict is returned as the
+    /// error.
+    async fn admit_once(
+        &self,
+        session: SessionId,
+        id: MessageId,
+        prompt: Value,
+        delivery: Delivery,
+        resume: bool,
+    ) -> Result<(Admitted, Route), StoreError> {
         let shared = self.inner.shared;
-        let admitted = self
-            .inner
+        self.inner
             .persistence
             .write(move |w| {
                 let conn = w.store();
@@ -113,11 +147,7 @@ impl Journal {
                 }
                 Ok((Admitted::New(admission), route))
             })
-            .await;
-        match admitted {
-            Err(StoreError::Conflict(_)) => Ok((Admitted::Conflict(owner), Route::Local)),
-            other => other,
-        }
+            .await
     }
 
     /// Commits `session.interrupt.requested` (data `{"sessionID"}`) and drops the wake marks

@@ -11,6 +11,10 @@ use super::{Forget, Held, SessionActor};
 use crate::error::{Error, StoreError};
 use crate::journal::{Loaded, Nudge, Ownership};
 
+/// How often a wake or an interrupt waiting for an adoption looks again (see
+/// [`super::Host::adopting`]); an adoption takes a sweep's two transactions.
+const ADOPTION_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl SessionActor {
     /// Runs `then` once the actor knows its session is stored and who owns it: at once when it
     /// is this node's; otherwise after loading it again (the session may have been created
@@ -100,6 +104,10 @@ impl Handler<Wake> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
+        if self.env.host.adopting(&self.id) {
+            ctx.notify_later(msg, ADOPTION_POLL);
+            return;
+        }
         self.when_loaded(ctx, move |act, ctx| match (act.held, msg.seq) {
             (Held::Mine, seq) => {
                 let effects = act.coordinator.wake(seq);
@@ -167,6 +175,10 @@ impl Handler<Interrupt> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Interrupt, ctx: &mut Self::Context) {
+        if self.env.host.adopting(&self.id) {
+            ctx.notify_later(msg, ADOPTION_POLL);
+            return;
+        }
         let Interrupt { seq, reason, reply } = msg;
         match (self.held, seq) {
             (Held::Elsewhere, Some(fence)) => {

@@ -110,6 +110,10 @@ mod echo;
 mod rng;
 mod store;
 
+/// Real server processes on one PostgreSQL database (the multi-node tests).
+#[cfg(feature = "postgres")]
+pub mod nodes;
+
 pub use child::{ChildProcess, CHILD_WAIT};
 pub use echo::{unreplied, EchoOptions, EchoRunner};
 pub use rng::{run_seed, splitmix, XorShift};

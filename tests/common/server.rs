@@ -29,8 +29,16 @@ pub fn server_binary() -> PathBuf {
             }
             // The same features as this test binary, so the library is not rebuilt back and
             // forth.
-            if cfg!(feature = "crash-points") {
-                build.args(["--features", "crash-points"]);
+            // `postgres` too: the multi-node tests run it on a postgres:// URL.
+            let features: Vec<&str> = [
+                ("crash-points", cfg!(feature = "crash-points")),
+                ("postgres", cfg!(feature = "postgres")),
+            ]
+            .into_iter()
+            .filter_map(|(name, on)| on.then_some(name))
+            .collect();
+            if !features.is_empty() {
+                build.args(["--features", &features.join(",")]);
             }
             if profile_dir
                 .file_name()

@@ -199,15 +199,20 @@ pub(crate) fn mark_interrupted(
     Ok(())
 }
 
-/// Unclaimed top-level sessions no other live node owns whose pending inputs are owed a turn,
-/// in id order.
+/// Unclaimed top-level sessions no live node owns (this one included) whose pending inputs
+/// are owed a turn, in id order. A session this node owns is left out: its owed input is one
+/// this node's own wake is carrying to its actor right now (the admission took the session and
+/// routed the wake here), or the next queued prompt its own turn just scheduled, and adopting it
+/// would publish a restart notice and a second claim next to that turn (the periodic takeover
+/// runs this listing while the node serves).
 pub(crate) fn adoptable(conn: &mut PgConn) -> Result<Vec<SessionId>, StoreError> {
     let me = conn.node_arc();
     let rows = conn.query(
         concat!(
             "SELECT DISTINCT i.session_id FROM session_input i JOIN session s ON s.id = i.session_id \
              WHERE i.promoted_seq IS NULL AND i.wake \
-               AND s.time_suspended IS NULL AND s.parent_id IS NULL AND ",
+               AND s.time_suspended IS NULL AND s.parent_id IS NULL \
+               AND s.owner_node IS DISTINCT FROM $1 AND ",
             not_held_elsewhere!("$1"),
             " ORDER BY i.session_id"
         ),

@@ -14,6 +14,13 @@ use crate::journal::backend::{Nudge, Ownership, Route};
 /// grows unless this node owns it already. One conditional update (the lease compared with
 /// the database's clock); when it takes nothing, the owner is read (and should that owner have
 /// released it in between, the update is tried again).
+///
+/// A session another boot left claimed (its node died or left mid-turn) is not taken here:
+/// that turn is the takeover's, which adopts it with the restart sweep's rules (an attempt
+/// counted, the restart notice, the resumption handed to the runner, `aborted` over budget, the
+/// interrupt fence). Taking it here would let a wake start a plain turn over the dead turn's
+/// claim. It reads as [`Ownership::Elsewhere`], naming the boot that holds the claim; the
+/// durable wake mark or interrupt request is served when the takeover resumes the turn.
 pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownership, StoreError> {
     let me = conn.node_arc();
     for _ in 0..3 {
@@ -23,7 +30,8 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
                 take_ownership!("$2"),
                 " WHERE s.id = $1 AND ",
                 not_held_elsewhere!("$2"),
-                " RETURNING s.owner_epoch"
+                " AND (s.owner_node = $2 OR s.time_suspended IS NULL OR s.claim_boot = $2) \
+                 RETURNING s.owner_epoch"
             ),
             &[&session.as_str(), &&*me],
         )?;
@@ -33,7 +41,8 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
             });
         }
         let owner = conn.query_opt(
-            "SELECT owner_node FROM session WHERE id = $1",
+            "SELECT owner_node, CASE WHEN time_suspended IS NOT NULL THEN claim_boot END \
+             FROM session WHERE id = $1",
             &[&session.as_str()],
         )?;
         match owner {
@@ -42,6 +51,12 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
                 if let Some(node) = row.try_get::<_, Option<String>>(0)? {
                     if node != *me {
                         return Ok(Ownership::Elsewhere { node });
+                    }
+                }
+                // Nobody owns it, and another boot's claim holds it: the takeover's.
+                if let Some(boot) = row.try_get::<_, Option<String>>(1)? {
+                    if boot != *me {
+                        return Ok(Ownership::Elsewhere { node: boot });
                     }
                 }
             }
@@ -109,7 +124,10 @@ pub(crate) fn nudge_payload(session: &SessionId, nudge: Nudge) -> String {
 }
 
 /// Where `nudge` must be carried out: on the live node other than this one that owns
-/// `session` (notified on its channel, delivered at COMMIT), else here.
+/// `session` (notified on its channel, delivered at COMMIT), else here — unless the session
+/// holds a turn another boot left claimed (its node died or left): that turn is the takeover's
+/// (see [`acquire`]), which serves the durable wake mark or interrupt request when it resumes
+/// the turn, so nothing is carried out here (`Remote` naming that boot, nobody notified).
 pub(crate) fn route(
     conn: &mut PgConn,
     session: &SessionId,
@@ -122,7 +140,18 @@ pub(crate) fn route(
         &[&session.as_str(), &&*me],
     )?;
     let Some(row) = owner else {
-        return Ok(Route::Local);
+        let orphan = conn.query_opt(
+            "SELECT COALESCE(claim_boot, '') FROM session WHERE id = $1 \
+             AND time_suspended IS NOT NULL AND claim_boot IS DISTINCT FROM $2 \
+             AND owner_node IS DISTINCT FROM $2",
+            &[&session.as_str(), &&*me],
+        )?;
+        return Ok(match orphan {
+            Some(row) => Route::Remote {
+                node: row.try_get(0)?,
+            },
+            None => Route::Local,
+        });
     };
     let node: String = row.try_get(0)?;
     let payload = nudge_payload(session, nudge);

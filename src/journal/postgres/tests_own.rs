@@ -11,7 +11,7 @@ use super::writer::{events_payload, MAX_PAYLOAD};
 use super::{event, schema, PgWriter};
 use crate::error::StoreError;
 use crate::event::kind;
-use crate::journal::backend::{Ownership, Store, WriterConnection};
+use crate::journal::backend::{Nudge, Ownership, Route, Store, WriterConnection};
 use crate::journal::sqlite::test_support::{info, mid, sid};
 use crate::records::Delivery;
 
@@ -167,6 +167,58 @@ fn acquire_takes_free_own_and_lapsed_sessions_only() -> Result<(), StoreError> {
     Ok(())
 }
 
+/// A session a dead node left claimed is not taken by `acquire` (a wake would start a plain
+/// turn over the dead turn's claim): it is the takeover's, whose counting takes it; a node that
+/// left gracefully is no different. An unclaimed session of a dead node is taken as before.
+#[test]
+fn acquire_leaves_a_dead_nodes_claimed_turn_to_the_takeover() -> Result<(), StoreError> {
+    let Some(db) = pg_db("acquire_claimed") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    for id in ["busy", "idle"] {
+        create(&mut a, id)?;
+        assert_eq!(a.acquire(&sid(id))?, Ownership::Owned { epoch: 1 });
+    }
+    a.publish(
+        &sid("busy"),
+        kind::EXECUTION_STARTED,
+        &json!({"boot": "a"}),
+        5,
+    )?;
+    assert_eq!(
+        a.acquire(&sid("busy"))?,
+        Ownership::Owned { epoch: 1 },
+        "its own"
+    );
+    lapse(&mut b, "a")?;
+    assert_eq!(
+        b.acquire(&sid("busy"))?,
+        Ownership::Elsewhere { node: "a".into() }
+    );
+    assert_eq!(b.acquire(&sid("idle"))?, Ownership::Owned { epoch: 2 });
+    // Released (a graceful leave keeps the claim): still the takeover's.
+    sql(
+        &mut a,
+        "UPDATE session SET owner_node = NULL WHERE id = 'busy'",
+    )?;
+    assert_eq!(
+        b.acquire(&sid("busy"))?,
+        Ownership::Elsewhere { node: "a".into() }
+    );
+    // A wake or an interrupt received meanwhile is carried out by the takeover, not here.
+    assert_eq!(
+        b.route(&sid("busy"), Nudge::Wake(6))?,
+        Route::Remote { node: "a".into() }
+    );
+    assert_eq!(b.route(&sid("idle"), Nudge::Wake(6))?, Route::Local);
+    assert_eq!(b.count_resume(&sid("busy"), "b")?, Some(1));
+    assert_eq!(b.acquire(&sid("busy"))?, Ownership::Owned { epoch: 2 });
+    assert_eq!(b.route(&sid("busy"), Nudge::Wake(6))?, Route::Local);
+    Ok(())
+}
+
 #[test]
 fn check_fence_passes_only_the_owner_at_its_epoch() -> Result<(), StoreError> {
     let Some(db) = pg_db("fence") else {
@@ -249,6 +301,10 @@ fn survivors_share_a_dead_nodes_sessions_without_double_counting() -> Result<(),
     a.mark_wake(&mid("p"))?;
     assert!(b.list_claimed(Some("b"))?.is_empty(), "a is alive");
     assert!(b.adoptable()?.is_empty());
+    assert!(
+        a.adoptable()?.is_empty(),
+        "its own wake serves its own owed session"
+    );
     assert_eq!(b.count_resume(&sid("busy"), "b")?, None);
     assert_eq!(b.count_adoption(&sid("owed"))?, None);
     assert_eq!(a.list_claimed(Some("a2"))?, [sid("busy")], "its own");
