@@ -17,7 +17,7 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL reported an error (feature `postgres`).
     #[cfg(feature = "postgres")]
-    #[error("postgres: {0}")]
+    #[error("postgres: {}", describe_postgres(.0))]
     Postgres(#[from] postgres::Error),
     /// No pooled connection could be had.
     #[error("connection pool: {0}")]
@@ -71,6 +71,26 @@ impl StoreError {
 }
 
 impl StoreError {
+    /// Whether the engine says the failed statement may succeed if run again: a deadlock with
+    /// another node's transaction, a serialization failure or a lock wait that timed out
+    /// (PostgreSQL). The writer runs such a request again.
+    pub fn is_transient(&self) -> bool {
+        #[cfg(feature = "postgres")]
+        if let StoreError::Postgres(e) = self {
+            use postgres::error::SqlState;
+            return e.code().is_some_and(|code| {
+                [
+                    SqlState::T_R_DEADLOCK_DETECTED,
+                    SqlState::T_R_SERIALIZATION_FAILURE,
+                    SqlState::LOCK_NOT_AVAILABLE,
+                    SqlState::QUERY_CANCELED,
+                ]
+                .contains(code)
+            });
+        }
+        false
+    }
+
     /// A copy of this error for a second caller (rusqlite errors are not `Clone`): SQLite failures
     /// keep their code, anything else keeps its message.
     pub(crate) fn duplicate(&self) -> StoreError {
@@ -181,6 +201,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// A PostgreSQL error with the server's message and SQLSTATE (the client's own `Display` of a
+/// server error is only "db error").
+#[cfg(feature = "postgres")]
+fn describe_postgres(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
 }
 
 /// The " (pid N)" part of [`Error::DatabaseInUse`]'s message, when the pid is known.

@@ -77,7 +77,7 @@ impl Journal {
         let released = shared.then(|| {
             self.inner
                 .persistence
-                .write_now(move |w| w.store().release_ownership(&[session]))
+                .write_now(move |w| w.store().release_ownership(std::slice::from_ref(&session)))
         });
         async move {
             match released {

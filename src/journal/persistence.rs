@@ -96,6 +96,8 @@ trait Job: Send {
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
     /// Sends the reply: the write's own result, or the error that stopped the batch's commit.
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>);
+    /// Whether the write failed with an error that may clear if it runs again.
+    fn retryable(&self) -> bool;
     /// A copy of the error the write failed with, if it ran and failed.
     fn failure(&self) -> Option<StoreError>;
     /// Whether the write runs in a transaction of its own, without a savepoint.
@@ -103,7 +105,9 @@ trait Job: Send {
 }
 
 struct TypedJob<F, T> {
-    work: Option<F>,
+    /// Run again (inside a fresh savepoint) when it fails with an error the engine says may
+    /// clear on retry: a deadlock between two nodes' transactions, a lock wait that timed out.
+    work: F,
     result: Option<Result<T, StoreError>>,
     reply: oneshot::Sender<Result<T, StoreError>>,
     alone: bool,
@@ -111,15 +115,18 @@ struct TypedJob<F, T> {
 
 impl<F, T> Job for TypedJob<F, T>
 where
-    F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send,
+    F: FnMut(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send,
     T: Send,
 {
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool {
-        let work = self.work.take().expect("a job runs once");
-        let result = work(ctx);
+        let result = (self.work)(ctx);
         let ok = result.is_ok();
         self.result = Some(result);
         ok
+    }
+
+    fn retryable(&self) -> bool {
+        matches!(&self.result, Some(Err(e)) if e.is_transient())
     }
 
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>) {
@@ -212,7 +219,7 @@ impl Persistence {
     /// batch from committing (then nothing of the batch is stored).
     pub(crate) async fn write<T, F>(&self, work: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         self.submit(work, false).await
@@ -228,7 +235,7 @@ impl Persistence {
     /// stored.
     pub(crate) async fn write_alone<T, F>(&self, work: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         self.submit(work, true).await
@@ -242,7 +249,7 @@ impl Persistence {
         work: F,
     ) -> impl std::future::Future<Output = Result<T, StoreError>> + use<T, F>
     where
-        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         self.submit(work, false)
@@ -254,12 +261,12 @@ impl Persistence {
         alone: bool,
     ) -> impl std::future::Future<Output = Result<T, StoreError>> + use<T, F>
     where
-        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let job = TypedJob {
-            work: Some(work),
+            work,
             result: None,
             reply,
             alone,

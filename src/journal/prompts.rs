@@ -196,7 +196,7 @@ impl Journal {
                 let switched = SessionEvent::ModelSwitched {
                     session_id: session.clone(),
                     message_id: MessageId::generate(),
-                    model,
+                    model: model.clone(),
                 };
                 w.append(&session, &switched).map(Some)
             })

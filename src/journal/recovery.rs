@@ -22,7 +22,7 @@ pub(crate) struct RecoveryPlan {
 }
 
 /// A session the sweep takes up.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) enum Unfinished {
     /// Claimed by an earlier boot, with its attempt count (this boot's included).
     Claimed(SessionId, u32),
@@ -82,9 +82,9 @@ impl Journal {
             .persistence
             .write_alone(move |w| {
                 let mut counted = Vec::with_capacity(claimed.len());
-                for id in claimed {
-                    if let Some(attempts) = w.store().count_resume(&id, &boot)? {
-                        counted.push(Unfinished::Claimed(id, attempts));
+                for id in &claimed {
+                    if let Some(attempts) = w.store().count_resume(id, &boot)? {
+                        counted.push(Unfinished::Claimed(id.clone(), attempts));
                     }
                 }
                 Ok(counted)
@@ -102,9 +102,9 @@ impl Journal {
         self.inner
             .persistence
             .write_alone(move |w| {
-                let started = SessionEvent::ExecutionStarted { boot };
+                let started = SessionEvent::ExecutionStarted { boot: boot.clone() };
                 let mut swept = Vec::with_capacity(chunk.len());
-                for unfinished in chunk {
+                for unfinished in chunk.iter().cloned() {
                     swept.extend(sweep_one(w, unfinished, max, &started)?);
                 }
                 Ok(swept)

@@ -64,6 +64,7 @@ impl Journal {
             .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
+                let boot = boot.clone();
                 w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
                 crate::crash::point(crate::crash::DURING_CLAIM);
                 Ok(())

@@ -12,6 +12,10 @@ use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::journal::backend::WriterConnection;
 
+/// How often a request that failed with a transient error (a deadlock with another node's
+/// transaction, a lock wait that timed out) runs again before its caller gets the error.
+const MAX_RETRIES: u32 = 3;
+
 /// The writer thread's state.
 pub(super) struct WriterActor {
     /// The one connection every write goes through.
@@ -147,24 +151,32 @@ impl WriterActor {
         self.count_transaction(1);
         let mut events = Vec::new();
         let conn = &mut *self.conn;
-        let outcome = (|| {
-            conn.begin()?;
-            let mut ctx = WriteCtx {
-                store: conn.store(),
-                events: Vec::new(),
-            };
-            if !job.run(&mut ctx) {
-                // The job replies with its own error.
+        let mut retries = 0;
+        let outcome = loop {
+            let attempt = (|| {
+                conn.begin()?;
+                let mut ctx = WriteCtx {
+                    store: conn.store(),
+                    events: Vec::new(),
+                };
+                if !job.run(&mut ctx) {
+                    // The job replies with its own error.
+                    conn.rollback();
+                    return Ok(false);
+                }
+                events = ctx.events;
+                conn.commit()?;
+                Ok::<_, StoreError>(true)
+            })();
+            if attempt.is_err() {
                 conn.rollback();
-                return Ok(false);
             }
-            events = ctx.events;
-            conn.commit()?;
-            Ok::<_, StoreError>(true)
-        })();
-        if outcome.is_err() {
-            self.conn.rollback();
-        }
+            if matches!(attempt, Ok(false)) && job.retryable() && retries < MAX_RETRIES {
+                retries += 1;
+                continue;
+            }
+            break attempt;
+        };
         match outcome {
             Ok(true) => {
                 job.complete(Ok(()));
@@ -191,32 +203,45 @@ impl WriterActor {
     ) -> Result<(), StoreError> {
         conn.begin()?;
         for job in batch.iter_mut() {
-            conn.savepoint()?;
-            let mut ctx = WriteCtx {
-                store: conn.store(),
-                events: Vec::new(),
-            };
-            let ok = job.run(&mut ctx);
-            let published = std::mem::take(&mut ctx.events);
-            if !conn.in_transaction() {
-                // The engine rolled the whole transaction back (SQLite may on SQLITE_FULL,
-                // IOERR, BUSY or NOMEM): the writes of the requests before this one are gone,
-                // and a later SAVEPOINT would open, and its RELEASE commit, a transaction of its
-                // own. The batch fails as a whole, with this request's error.
-                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
-                return Err(job.failure().unwrap_or_else(|| {
-                    StoreError::Inconsistent("the engine rolled back the write transaction".into())
-                }));
-            }
-            if ok {
-                conn.release()?;
-                events.extend(published);
-            } else {
-                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+            let mut retries = 0;
+            loop {
+                conn.savepoint()?;
+                let mut ctx = WriteCtx {
+                    store: conn.store(),
+                    events: Vec::new(),
+                };
+                let ok = job.run(&mut ctx);
+                let published = std::mem::take(&mut ctx.events);
+                if !conn.in_transaction() {
+                    // The engine rolled the whole transaction back (SQLite may on SQLITE_FULL,
+                    // IOERR, BUSY or NOMEM): the writes of the requests before this one are
+                    // gone, and a later SAVEPOINT would open, and its RELEASE commit, a
+                    // transaction of its own. The batch fails as a whole, with this request's
+                    // error.
+                    counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+                    return Err(job.failure().unwrap_or_else(|| {
+                        StoreError::Inconsistent(
+                            "the engine rolled back the write transaction".into(),
+                        )
+                    }));
+                }
+                if ok {
+                    conn.release()?;
+                    events.extend(published);
+                    break;
+                }
                 // Roll back this request alone, then pop its savepoint. Should that fail, the
                 // batch fails rather than commit part of the failed request.
                 conn.rollback_to()?;
                 conn.release()?;
+                if job.retryable() && retries < MAX_RETRIES {
+                    // Its locks are released: the other transaction (another node's) goes on,
+                    // and this request waits for it on its next try.
+                    retries += 1;
+                    continue;
+                }
+                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
+                break;
             }
         }
         conn.commit()
