@@ -13,8 +13,8 @@ use crate::event::EventRecord;
 use crate::journal::backend::WriterConnection;
 
 /// How often a request that failed with a transient error (a deadlock with another node's
-/// transaction, a lock wait that timed out) runs again before its caller gets the error.
-const MAX_RETRIES: u32 = 3;
+/// transaction, a lock wait that timed out) runs again, alone, before its caller gets the error.
+const MAX_RETRIES: u32 = 5;
 
 /// The writer thread's state.
 pub(super) struct WriterActor {
@@ -110,16 +110,34 @@ impl WriterActor {
         let size = batch.len() as u64;
         self.count_transaction(size);
         let mut events = Vec::new();
-        let outcome = Self::transact(&mut *self.conn, &mut batch, &mut events, &self.counters);
+        let mut again = Vec::new();
+        let outcome = Self::transact(
+            &mut *self.conn,
+            &mut batch,
+            &mut events,
+            &mut again,
+            &self.counters,
+        );
         if outcome.is_err() {
             self.conn.rollback();
         }
         match outcome {
             Ok(()) => {
-                for job in batch {
-                    job.complete(Ok(()));
+                let mut retries = Vec::new();
+                for (i, job) in batch.into_iter().enumerate() {
+                    if again.contains(&i) {
+                        retries.push(job);
+                    } else {
+                        job.complete(Ok(()));
+                    }
                 }
                 self.broadcast(events);
+                // Rolled back for a transient error (a deadlock with another node's batch):
+                // each runs again in a transaction of its own, which holds no lock of the
+                // batch it was part of.
+                for job in retries {
+                    self.commit_alone(job);
+                }
             }
             Err(e) => {
                 log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
@@ -173,6 +191,8 @@ impl WriterActor {
             }
             if matches!(attempt, Ok(false)) && job.retryable() && retries < MAX_RETRIES {
                 retries += 1;
+                // Give the other transaction time to finish before taking its locks again.
+                std::thread::sleep(std::time::Duration::from_millis(5 << retries));
                 continue;
             }
             break attempt;
@@ -199,49 +219,42 @@ impl WriterActor {
         conn: &mut dyn WriterConnection,
         batch: &mut [Box<dyn Job>],
         events: &mut Vec<EventRecord>,
+        again: &mut Vec<usize>,
         counters: &Counters,
     ) -> Result<(), StoreError> {
         conn.begin()?;
-        for job in batch.iter_mut() {
-            let mut retries = 0;
-            loop {
-                conn.savepoint()?;
-                let mut ctx = WriteCtx {
-                    store: conn.store(),
-                    events: Vec::new(),
-                };
-                let ok = job.run(&mut ctx);
-                let published = std::mem::take(&mut ctx.events);
-                if !conn.in_transaction() {
-                    // The engine rolled the whole transaction back (SQLite may on SQLITE_FULL,
-                    // IOERR, BUSY or NOMEM): the writes of the requests before this one are
-                    // gone, and a later SAVEPOINT would open, and its RELEASE commit, a
-                    // transaction of its own. The batch fails as a whole, with this request's
-                    // error.
-                    counters.failed_requests.fetch_add(1, Ordering::Relaxed);
-                    return Err(job.failure().unwrap_or_else(|| {
-                        StoreError::Inconsistent(
-                            "the engine rolled back the write transaction".into(),
-                        )
-                    }));
-                }
-                if ok {
-                    conn.release()?;
-                    events.extend(published);
-                    break;
-                }
-                // Roll back this request alone, then pop its savepoint. Should that fail, the
-                // batch fails rather than commit part of the failed request.
-                conn.rollback_to()?;
-                conn.release()?;
-                if job.retryable() && retries < MAX_RETRIES {
-                    // Its locks are released: the other transaction (another node's) goes on,
-                    // and this request waits for it on its next try.
-                    retries += 1;
-                    continue;
-                }
+        for (i, job) in batch.iter_mut().enumerate() {
+            conn.savepoint()?;
+            let mut ctx = WriteCtx {
+                store: conn.store(),
+                events: Vec::new(),
+            };
+            let ok = job.run(&mut ctx);
+            let published = std::mem::take(&mut ctx.events);
+            if !conn.in_transaction() {
+                // The engine rolled the whole transaction back (SQLite may on SQLITE_FULL,
+                // IOERR, BUSY or NOMEM): the writes of the requests before this one are gone,
+                // and a later SAVEPOINT would open, and its RELEASE commit, a transaction of its
+                // own. The batch fails as a whole, with this request's error.
                 counters.failed_requests.fetch_add(1, Ordering::Relaxed);
-                break;
+                return Err(job.failure().unwrap_or_else(|| {
+                    StoreError::Inconsistent("the engine rolled back the write transaction".into())
+                }));
+            }
+            if ok {
+                conn.release()?;
+                events.extend(published);
+                continue;
+            }
+            // Roll back this request alone, then pop its savepoint. Should that fail, the batch
+            // fails rather than commit part of the failed request.
+            conn.rollback_to()?;
+            conn.release()?;
+            if job.retryable() {
+                // Runs again after this batch, alone (see `commit_batch`).
+                again.push(i);
+            } else {
+                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
             }
         }
         conn.commit()
