@@ -27,6 +27,8 @@ pub(crate) struct Core {
     /// Persistence actor stopped (otherwise it goes when the last handle is dropped, or with the
     /// process).
     pub(crate) owner: Mutex<Option<OwnerLock>>,
+    /// Routes committed events to the event streams of their session (started with the first).
+    pub(crate) fanout: crate::service::Fanout,
 }
 
 /// The hook [`crate::RuntimeBuilder::after_passivation`] installs.

@@ -83,18 +83,19 @@
 //! [`Message`]: crate::Message
 //! [`EventRecord`]: crate::EventRecord
 
+mod console;
 mod error;
 mod events;
 mod extract;
+mod guard;
 mod sessions;
+mod ticket;
 
 use std::time::Duration;
 
-use actix_web::body::BoxBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::{header, StatusCode};
-use actix_web::middleware::{from_fn, Next};
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::http::StatusCode;
+use actix_web::middleware::from_fn;
+use actix_web::{guard as route_guard, web, HttpRequest, HttpResponse, ResponseError};
 
 use crate::runtime::Runtime;
 
@@ -106,6 +107,10 @@ pub struct HttpOptions {
     token: Option<String>,
     max_body_bytes: usize,
     keep_alive: Duration,
+    body_timeout: Duration,
+    cors_origins: Vec<String>,
+    ticket_ttl: Duration,
+    console: bool,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -114,6 +119,10 @@ impl std::fmt::Debug for HttpOptions {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("max_body_bytes", &self.max_body_bytes)
             .field("keep_alive", &self.keep_alive)
+            .field("body_timeout", &self.body_timeout)
+            .field("cors_origins", &self.cors_origins)
+            .field("ticket_ttl", &self.ticket_ttl)
+            .field("console", &self.console)
             .finish()
     }
 }
@@ -124,18 +133,23 @@ impl Default for HttpOptions {
             token: None,
             max_body_bytes: 2 * 1024 * 1024,
             keep_alive: Duration::from_secs(15),
+            body_timeout: Duration::from_secs(5),
+            cors_origins: Vec::new(),
+            ticket_ttl: Duration::from_secs(60),
+            console: true,
         }
     }
 }
 
 impl HttpOptions {
-    /// The defaults: no token, 2 MiB bodies, a keep-alive comment every 15 s.
+    /// The defaults: no token, 2 MiB bodies read within 5 s, a keep-alive comment every 15 s,
+    /// no cross-origin caller allowed, 60 s event-stream tickets, the console served.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The bearer token every route but `GET /healthz` requires; `None` (the default) leaves
-    /// the routes open. An empty token counts as none.
+    /// The bearer token every route but `GET /healthz` (and the console's page) requires;
+    /// `None` (the default) leaves the routes open. An empty token counts as none.
     pub fn token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.is_empty());
         self
@@ -153,12 +167,51 @@ impl HttpOptions {
         self.keep_alive = every.max(Duration::from_millis(10));
         self
     }
+
+    /// How long a request body may take to arrive, once the headers have: a slower (or never
+    /// finished) body is answered 408 and its connection closed. Default 5 s. (Slow *headers*
+    /// are actix-web's `HttpServer::client_request_timeout`, also 5 s by default.)
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Allows cross-origin calls from a web page served by `origin` (`scheme://host[:port]`,
+    /// exactly as browsers send it in `Origin`), with CORS: preflights are answered and the
+    /// responses carry `Access-Control-Allow-Origin`. Call it once per origin. By default no
+    /// other origin is allowed, and a request whose `Origin` is neither allowed nor the
+    /// server's own is refused with 403.
+    pub fn cors_origin(mut self, origin: impl Into<String>) -> Self {
+        let origin = origin.into().trim_end_matches('/').to_owned();
+        if !origin.is_empty() && !self.cors_origins.contains(&origin) {
+            self.cors_origins.push(origin);
+        }
+        self
+    }
+
+    /// How long an event-stream ticket (`POST /sessions/{id}/events/ticket`) stays valid.
+    /// Default 60 s.
+    pub fn ticket_ttl(mut self, ttl: Duration) -> Self {
+        self.ticket_ttl = ttl;
+        self
+    }
+
+    /// Whether `GET /console` serves the operator console. Default `true`.
+    pub fn console(mut self, serve: bool) -> Self {
+        self.console = serve;
+        self
+    }
 }
 
 /// What every handler shares (resource-level app data, private to these routes).
 pub(crate) struct State {
     runtime: Runtime,
     options: HttpOptions,
+}
+
+/// `GET`, and `HEAD` answered by the same handler (actix-web sends no body for `HEAD`).
+fn get_or_head() -> actix_web::Route {
+    web::route().guard(route_guard::Any(route_guard::Get()).or(route_guard::Head()))
 }
 
 /// Mounts the routes (see the module docs) on an actix-web `App` or scope:
@@ -168,33 +221,51 @@ pub(crate) struct State {
 /// and data without clashing. Call it once per worker (inside `HttpServer::new`'s factory).
 pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
+        let serve_console = options.console;
         let state = web::Data::new(State { runtime, options });
+        let open = |path: &str| {
+            web::resource(path)
+                .app_data(state.clone())
+                .wrap(guard::cors(&state.options))
+                .wrap(from_fn(guard::screen))
+                .default_service(web::to(method_not_allowed))
+        };
         let guarded = |path: &str| {
             web::resource(path)
                 .app_data(state.clone())
-                .wrap(from_fn(authorize))
+                .wrap(from_fn(guard::authorize))
+                .wrap(guard::cors(&state.options))
+                .wrap(from_fn(guard::screen))
                 .default_service(web::to(method_not_allowed))
         };
-        cfg.service(
-            web::resource("/healthz")
-                .route(web::get().to(sessions::healthz))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(guarded("/stats").route(web::get().to(sessions::stats)))
-        .service(
-            guarded("/sessions")
-                .route(web::post().to(sessions::create))
-                .route(web::get().to(sessions::list)),
-        )
-        .service(guarded("/sessions/{id}").route(web::get().to(sessions::get)))
-        .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
-        .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))
-        .service(guarded("/sessions/{id}/resume").route(web::post().to(sessions::resume)))
-        .service(guarded("/sessions/{id}/messages").route(web::get().to(sessions::messages)))
-        .service(
-            guarded("/sessions/{id}/messages/{message_id}").route(web::get().to(sessions::message)),
-        )
-        .service(guarded("/sessions/{id}/events").route(web::get().to(events::events)));
+        cfg.service(open("/healthz").route(get_or_head().to(sessions::healthz)))
+            .service(guarded("/stats").route(get_or_head().to(sessions::stats)))
+            .service(
+                guarded("/sessions")
+                    .route(web::post().to(sessions::create))
+                    .route(get_or_head().to(sessions::list)),
+            )
+            .service(guarded("/sessions/{id}").route(get_or_head().to(sessions::get)))
+            .service(guarded("/sessions/{id}/status").route(get_or_head().to(sessions::status)))
+            .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
+            .service(
+                guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)),
+            )
+            .service(guarded("/sessions/{id}/resume").route(web::post().to(sessions::resume)))
+            .service(guarded("/sessions/{id}/messages").route(get_or_head().to(sessions::messages)))
+            .service(
+                guarded("/sessions/{id}/messages/{message_id}")
+                    .route(get_or_head().to(sessions::message)),
+            )
+            .service(guarded("/sessions/{id}/events").route(get_or_head().to(events::events)))
+            .service(
+                guarded("/sessions/{id}/events/ticket").route(web::post().to(events::ticket)),
+            )
+            .service(guarded("/events").route(get_or_head().to(events::feed)))
+            .service(guarded("/events/ticket").route(web::post().to(events::feed_ticket)));
+        if serve_console {
+            cfg.service(open("/console").route(get_or_head().to(console::page)));
+        }
     }
 }
 
@@ -210,52 +281,4 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
         format!("{} is not allowed on {}", req.method(), req.path()),
     )
     .error_response()
-}
-
-/// Whether two byte strings are equal, in time independent of where they differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether the request carries `Authorization: Bearer <token>`.
-fn authorized(req: &ServiceRequest, token: &str) -> bool {
-    req.headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, credentials) = v.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| credentials.trim())
-        })
-        .is_some_and(|given| same(given.as_bytes(), token.as_bytes()))
-}
-
-/// The token guard of every route but `/healthz`.
-async fn authorize(
-    req: ServiceRequest,
-    next: Next<BoxBody>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let token = req
-        .app_data::<web::Data<State>>()
-        .and_then(|state| state.options.token.clone());
-    match token {
-        Some(token) if !authorized(&req, &token) => {
-            Ok(req.into_response(ApiError::unauthorized().error_response()))
-        }
-        _ => next.call(req).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same;
-
-    #[test]
-    fn compares_tokens() {
-        assert!(same(b"abc", b"abc"));
-        assert!(!same(b"abc", b"abd"));
-        assert!(!same(b"abc", b"abcd"));
-        assert!(!same(b"", b"a"));
-    }
 }

@@ -151,6 +151,7 @@ impl RuntimeBuilder {
             registry,
             after_passivation: self.after_passivation,
             owner: Mutex::new(Some(owner)),
+            fanout: Default::default(),
         });
         let supervisor = Supervisor::new(core.clone()).start();
         // Wait until the supervisor runs, so a runtime shut down right after `start` never has

@@ -7,6 +7,7 @@
 //!   `await_idle`, `active`);
 //! - `transcript`: `messages`, `message` and `context`;
 //! - `events`: the replay-then-live [`SessionEvents`] stream;
+//! - `fanout`: the per-session routing of committed events to those streams;
 //! - `validate`: the input limits every method checks before touching the store.
 //!
 //! Every method validates its input first (an invalid input is [`Error::InvalidInput`] and
@@ -16,6 +17,7 @@
 
 mod control;
 mod events;
+mod fanout;
 mod prompt;
 mod transcript;
 mod validate;
@@ -31,6 +33,7 @@ use crate::journal::Created;
 use crate::records::{ListQuery, SessionInfo};
 
 pub use events::SessionEvents;
+pub(crate) use fanout::Fanout;
 pub use prompt::PromptInput;
 pub use validate::{MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES};
 
