@@ -34,7 +34,7 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use actix_web::{web, App, HttpServer};
+use actix_web::{web, App};
 use clap::Parser;
 use durable_sessions::http::{self, HttpOptions};
 use durable_sessions::{Delivery, Message, MessageId, RunError, Runner, Runtime, Turn};
@@ -256,7 +256,9 @@ fn stop_signal() -> std::io::Result<LocalBoxFuture<'static, ()>> {
 fn listen_on(addr: &str) -> Fallible<Vec<TcpListener>> {
     let fail = |e: std::io::Error| format!("cannot listen on {addr}: {e}");
     if !addr.contains(':') {
-        return Err(format!("cannot listen on {addr:?}: expected host:port, e.g. 127.0.0.1:8080").into());
+        return Err(
+            format!("cannot listen on {addr:?}: expected host:port, e.g. 127.0.0.1:8080").into(),
+        );
     }
     let mut listeners = Vec::new();
     let mut error = None;
@@ -295,23 +297,19 @@ async fn run(args: Args) -> Fallible {
         options = options.cors_origin(origin);
     }
     let app_runtime = runtime.clone();
-    let mut server = HttpServer::new(move || {
+    let addr = listeners
+        .first()
+        .and_then(|l| l.local_addr().ok())
+        .ok_or("bound to no address")?;
+    // `http::serve`: actix-web's HTTP/1.1 service with JSON bodies on the HTTP layer's own
+    // errors, and a client that hangs up noticed at once. Signals are handled below, so the
+    // runtime shuts down after the server; event streams never end on their own, hence the
+    // short shutdown timeout.
+    let server = http::serve(listeners, &http::ServeOptions::default(), move || {
         App::new()
             .configure(http::configure(app_runtime.clone(), options.clone()))
             .default_service(web::to(http::not_found))
-    })
-    .disable_signals() // handled below, so the runtime shuts down after the server
-    .h1_allow_half_closed(false) // a client that hangs up is noticed at once (event streams)
-    .shutdown_timeout(2); // event streams never end on their own
-    for listener in listeners {
-        server = server.listen(listener)?;
-    }
-    let addr = server
-        .addrs()
-        .first()
-        .copied()
-        .ok_or("bound to no address")?;
-    let server = server.run();
+    })?;
     let handle = server.handle();
     let stop = stop_signal()?;
     print_banner(addr, &args);

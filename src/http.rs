@@ -88,6 +88,7 @@ mod error;
 mod events;
 mod extract;
 mod guard;
+mod serve;
 mod sessions;
 mod ticket;
 
@@ -100,6 +101,7 @@ use actix_web::{guard as route_guard, web, HttpRequest, HttpResponse, ResponseEr
 use crate::runtime::Runtime;
 
 pub use error::ApiError;
+pub use serve::{serve, JsonErrors, ServeOptions};
 
 /// Options of the HTTP adapter.
 #[derive(Clone)]
@@ -248,9 +250,7 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
             .service(guarded("/sessions/{id}").route(get_or_head().to(sessions::get)))
             .service(guarded("/sessions/{id}/status").route(get_or_head().to(sessions::status)))
             .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
-            .service(
-                guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)),
-            )
+            .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))
             .service(guarded("/sessions/{id}/resume").route(web::post().to(sessions::resume)))
             .service(guarded("/sessions/{id}/messages").route(get_or_head().to(sessions::messages)))
             .service(
@@ -258,9 +258,7 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
                     .route(get_or_head().to(sessions::message)),
             )
             .service(guarded("/sessions/{id}/events").route(get_or_head().to(events::events)))
-            .service(
-                guarded("/sessions/{id}/events/ticket").route(web::post().to(events::ticket)),
-            )
+            .service(guarded("/sessions/{id}/events/ticket").route(web::post().to(events::ticket)))
             .service(guarded("/events").route(get_or_head().to(events::feed)))
             .service(guarded("/events/ticket").route(web::post().to(events::feed_ticket)));
         if serve_console {

@@ -226,7 +226,9 @@ pub(super) async fn feed(
     let events = state.runtime.subscribe();
     let keep_alive = state.options.keep_alive;
     let hello = futures::stream::once(async {
-        Ok::<_, Infallible>(Bytes::from_static(b"retry: 1000\n: every session's events, live\n\n"))
+        Ok::<_, Infallible>(Bytes::from_static(
+            b"retry: 1000\n: every session's events, live\n\n",
+        ))
     });
     let live = futures::stream::unfold(events, move |events| feed_step(events, keep_alive));
     Ok(head.streaming(futures::StreamExt::chain(hello, live)))

@@ -22,8 +22,7 @@ pub(super) async fn body(
     options: &HttpOptions,
 ) -> Result<Bytes, ApiError> {
     let timeout = options.body_timeout;
-    match actix_rt::time::timeout(timeout, read_body(req, payload, options.max_body_bytes)).await
-    {
+    match actix_rt::time::timeout(timeout, read_body(req, payload, options.max_body_bytes)).await {
         Ok(read) => read,
         Err(_slow) => Err(ApiError::new(
             StatusCode::REQUEST_TIMEOUT,

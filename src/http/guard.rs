@@ -21,7 +21,11 @@ use super::{ticket, HttpOptions, State};
 /// Whether `origin` (an `Origin` header) names the server the request was sent to, judged by
 /// its `Host` header: a page the server itself served (the console) calls it freely.
 fn same_origin(origin: &str, head: &RequestHead) -> bool {
-    let Some(host) = head.headers().get(header::HOST).and_then(|h| h.to_str().ok()) else {
+    let Some(host) = head
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+    else {
         return false;
     };
     let authority = origin

@@ -68,10 +68,7 @@ fn mac(scope: &str, expires_ms: u64) -> Vec<u8> {
 /// returns it with its expiry (Unix ms).
 pub(super) fn issue(scope: &str, ttl: Duration) -> (String, u64) {
     let expires = now_ms().saturating_add(ttl.as_millis() as u64);
-    let ticket = format!(
-        "{expires}.{}",
-        URL_SAFE_NO_PAD.encode(mac(scope, expires))
-    );
+    let ticket = format!("{expires}.{}", URL_SAFE_NO_PAD.encode(mac(scope, expires)));
     (ticket, expires)
 }
 

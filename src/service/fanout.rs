@@ -124,7 +124,8 @@ impl Fanout {
     /// to the bus before the route exists, so every event committed after this call is
     /// delivered (or the stream is told it lagged).
     pub(crate) fn subscribe(&self, core: &Arc<Core>, session: &SessionId) -> Subscription {
-        self.dispatcher.get_or_init(|| start(core, self.routes.clone()));
+        self.dispatcher
+            .get_or_init(|| start(core, self.routes.clone()));
         let route = self.routes.add(session);
         self.routes.streams.fetch_add(1, Ordering::Relaxed);
         Subscription {

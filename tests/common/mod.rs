@@ -11,6 +11,8 @@ use tempfile::TempDir;
 mod events;
 mod harness;
 mod server;
+#[cfg(feature = "http")]
+pub mod web;
 
 pub use events::{next_commit, wait_for_event, wait_until_committed};
 pub use harness::{Harness, HarnessBuilder};
