@@ -148,7 +148,7 @@ fn start(core: &Arc<Core>, routes: Arc<Routes>) {
     let core = Arc::downgrade(core);
     let shared = routes.clone();
     let spawned = std::thread::Builder::new()
-        .name("durable-sessions-fanout".into())
+        .name("ds-fanout".into())
         .spawn(move || {
             match tokio::runtime::Builder::new_current_thread()
                 .enable_time()
