@@ -47,7 +47,7 @@ type Fallible<T = ()> = Result<T, Box<dyn std::error::Error>>;
 /// durable-sessions demo server: the HTTP/SSE API (and the console at /console) over an echo
 /// agent.
 #[derive(Debug, Parser)]
-#[command(name = "server", version, about)]
+#[command(name = "server", version)]
 struct Args {
     /// Address to bind, as host:port.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -255,16 +255,17 @@ fn stop_signal() -> std::io::Result<LocalBoxFuture<'static, ()>> {
 /// binds), so a busy port fails before the runtime touches the database.
 fn listen_on(addr: &str) -> Fallible<Vec<TcpListener>> {
     let fail = |e: std::io::Error| format!("cannot listen on {addr}: {e}");
-    if !addr.contains(':') {
+    let port = addr.rsplit_once(':').map(|(_, port)| port.parse::<u16>());
+    if !matches!(port, Some(Ok(_))) {
         return Err(
             format!("cannot listen on {addr:?}: expected host:port, e.g. 127.0.0.1:8080").into(),
         );
     }
     let mut listeners = Vec::new();
     let mut error = None;
-    let sockets = addr.to_socket_addrs().map_err(|e| {
-        format!("cannot listen on {addr:?}: expected host:port, e.g. 127.0.0.1:8080 ({e})")
-    })?;
+    let sockets = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot listen on {addr}: cannot resolve its host: {e}"))?;
     for socket in sockets {
         match TcpListener::bind(socket) {
             Ok(listener) => listeners.push(listener),
@@ -280,6 +281,13 @@ fn listen_on(addr: &str) -> Fallible<Vec<TcpListener>> {
 
 async fn run(args: Args) -> Fallible {
     let listeners = listen_on(&args.addr)?;
+    if args.db.is_dir() {
+        return Err(format!(
+            "cannot open the database {}: it is a directory",
+            args.db.display()
+        )
+        .into());
+    }
     let runtime = Runtime::builder()
         .database(&args.db)
         .runner(EchoAgent {
@@ -353,7 +361,8 @@ fn main() {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let args = Args::parse();
     if let Err(e) = actix_rt::System::new().block_on(run(args)) {
-        log::error!("server failed: {e}");
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "server failed: {e}");
         std::process::exit(1);
     }
 }

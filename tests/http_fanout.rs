@@ -55,14 +55,16 @@ fn open_stream(addr: std::net::SocketAddr, session: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
     let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: x\r\n\r\n");
     stream.write_all(request.as_bytes()).expect("request");
-    stream
-        .set_read_timeout(Some(WAIT))
-        .expect("read timeout");
+    stream.set_read_timeout(Some(WAIT)).expect("read timeout");
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains("event: session.created") {
         let n = stream.read(&mut buf).expect("the stream's first frames");
-        assert!(n > 0, "the stream closed: {}", String::from_utf8_lossy(&got));
+        assert!(
+            n > 0,
+            "the stream closed: {}",
+            String::from_utf8_lossy(&got)
+        );
         got.extend_from_slice(&buf[..n]);
     }
     stream
