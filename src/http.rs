@@ -1,29 +1,34 @@
 //! The HTTP/SSE adapter (cargo feature `http`, on by default): the session service as JSON over
-//! HTTP, and each session's event log as Server-Sent Events, on [actix-web].
+//! HTTP, each session's event log as Server-Sent Events, and an operator console, on
+//! [actix-web].
 //!
 //! [`configure`] mounts the routes on any actix-web `App`, so a service embeds them next to its
-//! own; `examples/server.rs` is a complete server.
+//! own; [`serve`] runs them the way `examples/server.rs` (a complete server) does.
 //!
 //! ```no_run
-//! use actix_web::{web, App, HttpServer};
-//! use durable_sessions::http::{self, HttpOptions};
+//! use actix_web::{web, App};
+//! use durable_sessions::http::{self, HttpOptions, ServeOptions};
 //! # use durable_sessions::Runtime;
-//! # async fn serve(runtime: Runtime) -> std::io::Result<()> {
-//! let options = HttpOptions::new().token(Some("s3cret".into()));
+//! # async fn run(runtime: Runtime) -> std::io::Result<()> {
+//! let options = HttpOptions::new()
+//!     .token(Some("s3cret".into()))
+//!     .cors_origin("https://app.example.com");
+//! let listener = std::net::TcpListener::bind("127.0.0.1:8080")?;
 //! let app_runtime = runtime.clone();
-//! HttpServer::new(move || {
+//! http::serve(vec![listener], &ServeOptions::default(), move || {
 //!     App::new()
 //!         .configure(http::configure(app_runtime.clone(), options.clone()))
 //!         .default_service(web::to(http::not_found))
-//! })
-//! .bind(("127.0.0.1", 8080))?
-//! .shutdown_timeout(2) // SSE streams never end by themselves
-//! .run()
+//! })?
 //! .await?;
 //! runtime.shutdown().await; // after the server stopped: running turns keep their claims
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! `actix_web::HttpServer` works too; [`serve`] adds JSON bodies on the errors actix-http
+//! answers by itself (400 on bad framing, 408, 431) and releases an event stream as soon as its
+//! client hangs up (`HttpServer::h1_allow_half_closed(false)` does the latter).
 //!
 //! # Routes
 //!
@@ -32,20 +37,28 @@
 //! | `POST /sessions` | `{id?, parent_id?, title?, directory?, agent?, model?}` | 201 the new [`SessionInfo`], 200 the stored one if `id` exists |
 //! | `GET /sessions` | `?directory=&search=&limit=&order=asc\|desc&anchor_id=&anchor_time=&direction=previous\|next&parent_id=&top_level=true` | 200 `[SessionInfo]` |
 //! | `GET /sessions/{id}` | | 200 [`SessionInfo`], 404 |
+//! | `GET /sessions/{id}/status` | | 200 `{session, claimed, claim_age_ms, running, last_seq, last_terminal}` |
 //! | `POST /sessions/{id}/prompt` | `{id?, text, delivery?: "steer"\|"queue", resume?: bool}` (or `prompt` instead of `text`) | 202 the [`Admission`], 404, 409 |
 //! | `POST /sessions/{id}/interrupt` | | 200 `{"interrupted": bool}`, 404 |
 //! | `POST /sessions/{id}/resume` | | 200 how the turn ended: a [`Terminal`] such as `{"type": "succeeded"}` |
 //! | `GET /sessions/{id}/messages` | `?limit=&order=asc\|desc&cursor=<message id>&direction=previous\|next` | 200 `[Message]` |
 //! | `GET /sessions/{id}/messages/{message_id}` | | 200 [`Message`], 404 |
-//! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID` | `text/event-stream` |
+//! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID`, `?ticket=` | `text/event-stream` |
+//! | `POST /sessions/{id}/events/ticket` | | 200 `{ticket, expires_at, expires_in_ms}` |
+//! | `GET /events` | `?ticket=` | `text/event-stream`: every session's events, live only |
+//! | `POST /events/ticket` | | 200 a ticket for `GET /events` |
 //! | `GET /healthz` | | 200 `{"status": "ok"}` (never needs the token) |
-//! | `GET /stats` | | 200 `{sessions_live, claimed, oldest_claim_age_ms, active_turns, transactions_committed, largest_batch, write_requests, failed_write_requests, actors_started, actors_replaced}` |
+//! | `GET /stats` | | 200 `{sessions_live, claimed, oldest_claim_age_ms, active_turns, transactions_committed, largest_batch, write_requests, failed_write_requests, actors_started, actors_replaced, event_streams}` |
+//! | `GET /console` | | the operator console (an HTML page; see below) |
 //!
-//! Bodies are JSON (any `Content-Type` is accepted, so `curl -d` works; an empty body reads as
-//! `{}`); unknown body fields are rejected, unknown query parameters ignored. `text` becomes the
-//! prompt `{"text": text}`; `prompt` passes a JSON object or string through as is. Listings
+//! `HEAD` works on every `GET` route. Bodies are JSON and must say so: a request with a body
+//! needs `Content-Type: application/json` (415 otherwise; an empty body reads as `{}` and needs
+//! no type). Unknown body fields are rejected, unknown query parameters ignored. `text` becomes
+//! the prompt `{"text": text}`; `prompt` passes a JSON object or string through as is. Listings
 //! are plain arrays: the next page's anchor is the last session's `id` and `time_created` (or
-//! the last message's `id` as `cursor`).
+//! the last message's `id` as `cursor`). A body must arrive within
+//! [`HttpOptions::body_timeout`] (5 s) of the headers, or the answer is 408. Path segments are
+//! percent-decoded; one that does not decode to UTF-8 is 400.
 //!
 //! # Server-Sent Events
 //!
@@ -60,21 +73,50 @@
 //! ```
 //!
 //! `id:` is the event's seq, `event:` its wire name, and `data:` the **whole** [`EventRecord`]
-//! (`session_id`, `seq`, `type`, `data`, `time`) on one line. The starting point is the
-//! `Last-Event-ID` header when a client sends one (an `EventSource` reconnecting: it wins over
-//! `after`, which is what the original URL still carries), else `after`, else the start of the
-//! log; a malformed `Last-Event-ID` is 400. The stream opens with a `retry:` hint and a
-//! comment, sends a `: keep-alive` comment after [`HttpOptions::keep_alive`] without events,
-//! and ends when the runtime shuts down (or with an `event: error` frame on a store fault; a
-//! client reconnects with `Last-Event-ID` and loses nothing).
+//! (`session_id`, `seq`, `type`, `data`, `time`) on one line. Every frame is named, so a
+//! browser's `EventSource.onmessage` never fires: listen with `addEventListener(name, …)`. The
+//! starting point is the `Last-Event-ID` header when a client sends one (an `EventSource`
+//! reconnecting: it wins over `after`, which is what the original URL still carries), else
+//! `after`, else the start of the log; a malformed `Last-Event-ID`, or a start past the end of
+//! the log (an id kept from another database), is 400. The stream opens with a `retry:` hint
+//! and a comment, sends a `: keep-alive` comment after [`HttpOptions::keep_alive`] without
+//! events, and ends when the runtime shuts down (or with an `event: stream.error` frame on a
+//! store fault; a client reconnects with `Last-Event-ID` and loses nothing). Streams need
+//! HTTP/1.1: over HTTP/1.0 the answer is 505.
 //!
-//! # Errors and the token
+//! Streams scale per session: the runtime routes each committed event only to the streams of
+//! its session (one dispatcher thread per runtime), so a stream of a silent session costs no
+//! CPU, only its connection's memory; a stream that falls behind re-reads from the store.
+//!
+//! # Errors, the token, tickets and browsers
 //!
 //! Every error is JSON `{"error": {"type", "message"}}`; [`ApiError`] lists the statuses. With
-//! [`HttpOptions::token`] set, every route except `GET /healthz` (kept open for liveness probes;
-//! it reveals nothing) requires `Authorization: Bearer <token>` and answers 401 without it.
-//! (A browser's `EventSource` cannot send that header; behind a token, read the event stream
-//! with a `fetch`-based SSE client.)
+//! [`HttpOptions::token`] set, every route except `GET /healthz` (kept open for liveness probes)
+//! and the console's page requires `Authorization: Bearer <token>` and answers 401 without it
+//! (compared in constant time).
+//!
+//! A browser's `EventSource` cannot send that header, and the token must not go into URLs (they
+//! end up in logs and histories). Instead, `POST /sessions/{id}/events/ticket` (with the token)
+//! answers a **ticket**: signed (HMAC-SHA256 under a key drawn at random when the process
+//! starts), valid for that one session's stream and for [`HttpOptions::ticket_ttl`] (60 s), and
+//! accepted as `?ticket=` on `GET /sessions/{id}/events` only (`POST /events/ticket` likewise
+//! for `GET /events`). A client whose ticket expired asks for a new one before reconnecting.
+//!
+//! Cross-site requests: a request with an `Origin` header is refused (403 `origin_not_allowed`)
+//! unless the origin is the server's own (the `Host` it was sent to) or one allowed with
+//! [`HttpOptions::cors_origin`]; for allowed origins, CORS preflights are answered and responses
+//! carry `Access-Control-Allow-Origin` (`actix-cors`). Together with the JSON content type,
+//! this keeps a page of another site from posting a prompt to a token-less server on
+//! `127.0.0.1`.
+//!
+//! # The console
+//!
+//! `GET /console` ([`HttpOptions::console`], on by default) serves one self-contained page,
+//! embedded in the binary: the sessions list (title, directory, claimed or idle, the running
+//! turn and its age, resume attempts, last terminal), updated live from `GET /events`; a
+//! session's transcript and event log (replayed, then followed) with prompt, interrupt and
+//! resume buttons; the `/stats` figures. It uses only the routes above, with the token typed
+//! into it and tickets for its event streams; the page itself holds no data.
 //!
 //! [actix-web]: https://actix.rs
 //! [`SessionInfo`]: crate::SessionInfo

@@ -24,8 +24,6 @@ const LAST_EVENT_ID: &str = "Last-Event-ID";
 #[derive(Debug, Deserialize)]
 struct EventsParams {
     after: Option<u64>,
-    #[allow(dead_code)] // read by the token guard
-    ticket: Option<String>,
 }
 
 /// Where a stream starts: `Last-Event-ID` (a reconnect) when present and not empty, else

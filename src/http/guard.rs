@@ -141,8 +141,10 @@ fn ticketed(req: &ServiceRequest) -> bool {
     if !matches!(*req.method(), Method::GET | Method::HEAD) {
         return false;
     }
-    let scope = match req.match_info().get("id") {
-        Some(id) if req.path().ends_with("/events") => id.to_owned(),
+    // The id decoded as the routes decode it (the ticket was issued for that).
+    let id = req.match_info().load::<IdSegment>().ok().map(|s| s.id);
+    let scope = match id {
+        Some(id) if req.path().ends_with("/events") => id,
         None if req.path() == "/events" => ticket::ALL_SESSIONS.to_owned(),
         _ => return false,
     };
@@ -150,6 +152,11 @@ fn ticketed(req: &ServiceRequest) -> bool {
         .ok()
         .and_then(|q| q.into_inner().ticket)
         .is_some_and(|t| ticket::valid(&t, &scope))
+}
+
+#[derive(serde::Deserialize)]
+struct IdSegment {
+    id: String,
 }
 
 #[derive(serde::Deserialize)]

@@ -55,14 +55,21 @@ impl Follow {
                 return Some(Ok(event));
             }
             if self.replay {
-                let page = self
-                    .core
-                    .journal
-                    .events_after(self.session_id.clone(), self.last, REPLAY_PAGE)
-                    .await;
+                // Boxed: a follower waits far longer on the live route than on the store, and
+                // its pending future should not carry the read's state all that time.
+                let page = Box::pin(self.core.journal.events_after(
+                    self.session_id.clone(),
+                    self.last,
+                    REPLAY_PAGE,
+                ))
+                .await;
                 match page {
                     Ok(page) => {
                         self.replay = page.len() == REPLAY_PAGE;
+                        if !self.replay && self.buffer.is_empty() && page.is_empty() {
+                            // Caught up: give back a large replay buffer before waiting.
+                            self.buffer = VecDeque::new();
+                        }
                         self.buffer.extend(page.into_iter().map(Arc::new));
                         continue;
                     }
