@@ -284,7 +284,11 @@ async fn the_console_creates_prompts_streams_and_interrupts_in_a_browser() {
         )
         .await
         .expect("count");
-    assert_eq!(assistant, json!(0), "an interrupted reply is never appended");
+    assert_eq!(
+        assistant,
+        json!(0),
+        "an interrupted reply is never appended"
+    );
 
     // The list, live: the session's row shows its last terminal.
     client

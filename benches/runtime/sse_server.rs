@@ -69,7 +69,10 @@ async fn bare_stream() -> actix_web::HttpResponse {
 
 /// The child's entry point: `{"db": path}`.
 pub fn child(args: &Value) -> BenchResult<Value> {
-    let db = args["db"].as_str().ok_or("sse-server needs `db`")?.to_owned();
+    let db = args["db"]
+        .as_str()
+        .ok_or("sse-server needs `db`")?
+        .to_owned();
     actix_rt::System::new().block_on(async move {
         let runtime = Runtime::builder()
             .database(db)

@@ -2,7 +2,10 @@
 //! sequence number and then followed live (see the module docs of [`super`] for the format);
 //! `GET /events`: every session's events live (the console's feed); and their tickets.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::{header, Method, StatusCode, Version};
@@ -49,7 +52,7 @@ fn start_after(req: &HttpRequest) -> Result<Option<u64>, ApiError> {
 
 /// One event as an SSE frame: `id:` its seq, `event:` its wire name, `data:` the whole
 /// [`EventRecord`] as one line of JSON.
-fn frame(event: &EventRecord) -> Bytes {
+fn encode(event: &EventRecord) -> Bytes {
     // Runner-defined names are free text; keep the frame a frame.
     let name: String = event
         .kind
@@ -63,6 +66,32 @@ fn frame(event: &EventRecord) -> Bytes {
         "id: {}\nevent: {name}\ndata: {data}\n\n",
         event.seq
     ))
+}
+
+/// Frames this worker thread encoded last, with their events.
+const RECENT_FRAMES: usize = 8;
+
+thread_local! {
+    /// A live event reaches every stream of its session as the same `Arc`: each worker encodes
+    /// it once, not once per stream (a hot session may have thousands).
+    static FRAMES: RefCell<VecDeque<(Arc<EventRecord>, Bytes)>> =
+        const { RefCell::new(VecDeque::new()) };
+}
+
+/// [`encode`], once per event and worker thread.
+fn frame(event: &Arc<EventRecord>) -> Bytes {
+    FRAMES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, bytes)) = cache.iter().find(|(seen, _)| Arc::ptr_eq(seen, event)) {
+            return bytes.clone();
+        }
+        let bytes = encode(event);
+        if cache.len() == RECENT_FRAMES {
+            cache.pop_front();
+        }
+        cache.push_back((event.clone(), bytes.clone()));
+        bytes
+    })
 }
 
 /// The frame of an error that ends a stream: `event: stream.error` (not `error`, which a
