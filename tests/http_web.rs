@@ -338,7 +338,8 @@ async fn odd_requests_get_json_answers() {
     assert_eq!(head.status, 404, "{head:?}");
     let head = raw_async(
         addr,
-        format!("HEAD /sessions/%EF%BF%BD%EF%BF%BD/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+        "HEAD /sessions/%EF%BF%BD%EF%BF%BD/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            .to_owned(),
         QUIET,
     )
     .await;

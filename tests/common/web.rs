@@ -249,7 +249,11 @@ impl ServerChild {
                         return Self { child, base, lines };
                     }
                 }
-                Err(e) => panic!("the server example did not start listening: {e}"),
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("the server example did not start listening: {e}");
+                }
             }
         }
     }
