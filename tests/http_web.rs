@@ -188,7 +188,7 @@ async fn event_stream_tickets_open_one_stream_for_a_short_time() {
     let token = "s3cret";
     let options = HttpOptions::new()
         .token(Some(token.into()))
-        .ticket_ttl(Duration::from_millis(1500));
+        .ticket_ttl(Duration::from_millis(3000));
     let server = WebServer::start(options, Duration::from_millis(1)).await;
     let base = server.base();
     let bearer = ("Authorization", format!("Bearer {token}"));
@@ -241,7 +241,7 @@ async fn event_stream_tickets_open_one_stream_for_a_short_time() {
         let (status, _, body) = send(client().get(format!("{base}{path}")), None).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
     }
-    actix_rt::time::sleep(Duration::from_millis(1600)).await;
+    actix_rt::time::sleep(Duration::from_millis(3100)).await;
     let expired = client().get(format!("{base}/sessions/t1/events?ticket={ticket}"));
     let (status, _, _) = send(expired, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "an expired ticket");
