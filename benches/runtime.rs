@@ -132,9 +132,10 @@ fn main() -> ExitCode {
         .filter(|a| !a.starts_with('-'))
         .map(String::as_str)
         .collect();
-    if !quick && names.is_empty() && !args.iter().any(|a| a == "--bench") {
-        // `cargo test --all-targets` runs bench binaries without `--bench`: do not benchmark
-        // an unoptimized build there.
+    if !args.iter().any(|a| a == "--bench" || a == "--quick") {
+        // `cargo test --all-targets [-- <filter> <libtest flags>]` runs bench binaries without
+        // `--bench` (cargo bench passes it): do not benchmark an unoptimized build there, and
+        // ignore libtest's arguments rather than take a test filter for a scenario.
         eprintln!(
             "runtime bench: run it with `cargo bench --bench runtime -- [scenario] [--quick]`"
         );

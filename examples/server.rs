@@ -52,9 +52,16 @@ struct Args {
     /// Address to bind, as host:port.
     #[arg(long, default_value = "127.0.0.1:8080")]
     addr: String,
-    /// The SQLite database file.
+    /// The SQLite database file, or a postgres://… URL shared by several nodes (built with
+    /// `--features postgres`).
     #[arg(long, default_value = "durable-sessions.db")]
     db: PathBuf,
+    /// This node's name, with PostgreSQL [default: host-pid].
+    #[arg(long = "node-name")]
+    node_name: Option<String>,
+    /// This node's lease in milliseconds, with PostgreSQL.
+    #[arg(long = "lease-ms", default_value_t = 10_000, value_name = "MS")]
+    lease_ms: u64,
     /// Require `Authorization: Bearer <token>` on every route but /healthz and the console page.
     #[arg(long, env = "DURABLE_SESSIONS_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -288,8 +295,13 @@ async fn run(args: Args) -> Fallible {
         )
         .into());
     }
-    let runtime = Runtime::builder()
+    let mut builder = Runtime::builder()
         .database(&args.db)
+        .lease(Duration::from_millis(args.lease_ms));
+    if let Some(name) = &args.node_name {
+        builder = builder.node_name(name);
+    }
+    let runtime = builder
         .runner(EchoAgent {
             word_delay: Duration::from_millis(args.word_delay_ms),
         })

@@ -8,8 +8,17 @@ use crate::error::Error;
 /// The runtime's configuration. Built through [`crate::RuntimeBuilder`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
-    /// The SQLite file. Default: `./durable-sessions.db`.
+    /// The database: a SQLite file (default `./durable-sessions.db`), or, with the `postgres`
+    /// feature, a PostgreSQL URL (`postgres://…` or `postgresql://…`) that several runtimes
+    /// (nodes) may share.
     pub database: PathBuf,
+    /// With PostgreSQL: this node's name, shown to operators (the node's id is its boot id).
+    /// Default: the host name and process id.
+    pub node_name: Option<String>,
+    /// With PostgreSQL: how long this node's lease lasts unless renewed (every third of it). A
+    /// node whose lease lapsed is dead to the others: they take its sessions over within the
+    /// lease and one takeover tick (half a lease). Default: 10 s.
+    pub lease: Duration,
     /// How many restart-resumes a claimed turn gets before it is terminalized as `aborted`.
     /// Default: 10.
     pub max_resume_attempts: u32,
@@ -40,6 +49,8 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             database: PathBuf::from("durable-sessions.db"),
+            node_name: None,
+            lease: Duration::from_secs(10),
             max_resume_attempts: 10,
             idle_timeout: Duration::from_secs(60),
             synchronous: Synchronous::Full,
@@ -73,7 +84,23 @@ impl RuntimeConfig {
         if self.max_prompt_bytes == 0 {
             return Err(Error::Config("max_prompt_bytes must be positive".into()));
         }
+        if self.lease < Duration::from_millis(300) {
+            return Err(Error::Config("lease must be at least 300 ms".into()));
+        }
+        if self.postgres_url().is_some() && !cfg!(feature = "postgres") {
+            return Err(Error::Config(
+                "a postgres:// database needs the `postgres` cargo feature".into(),
+            ));
+        }
         Ok(())
+    }
+
+    /// The PostgreSQL URL, when [`RuntimeConfig::database`] is one (`postgres://…` or
+    /// `postgresql://…`).
+    pub fn postgres_url(&self) -> Option<&str> {
+        let database = self.database.to_str()?;
+        (database.starts_with("postgres://") || database.starts_with("postgresql://"))
+            .then_some(database)
     }
 }
 

@@ -1,22 +1,36 @@
-//! Errors: [`StoreError`] for the SQLite layer and the umbrella [`Error`] users see.
+//! Errors: [`StoreError`] for the store (SQLite, or PostgreSQL with the `postgres` feature) and
+//! the umbrella [`Error`] users see.
 
 use std::path::PathBuf;
 
-use crate::id::{MessageId, SessionId};
+use crate::id::{InvalidId, MessageId, SessionId};
 
 /// A `Result` whose error defaults to the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// A failure of the SQLite store: connection pool, SQL, schema or payload encoding.
+/// A failure of the store: connection pool, SQL, schema, payload encoding, or ownership.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
     /// SQLite reported an error (includes disk full, read-only, locked and corrupt files).
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// PostgreSQL reported an error (feature `postgres`).
+    #[cfg(feature = "postgres")]
+    #[error("postgres: {0}")]
+    Postgres(#[from] postgres::Error),
     /// No pooled connection could be had.
     #[error("connection pool: {0}")]
     Pool(#[from] r2d2::Error),
+    /// This node no longer owns the session: another node took it over (its fencing epoch is
+    /// newer than `epoch`), so this write was rejected and nothing of it was stored.
+    #[error("session {session_id} is owned by another node (this node's epoch {epoch} is stale)")]
+    Fenced {
+        /// The session.
+        session_id: SessionId,
+        /// The epoch this node held.
+        epoch: u64,
+    },
     /// The database was written by a newer version of this crate.
     #[error("database schema version {found} is newer than the newest this crate knows ({known})")]
     SchemaTooNew {
@@ -66,6 +80,10 @@ impl StoreError {
             }
             StoreError::Closed => StoreError::Closed,
             StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
+            StoreError::Fenced { session_id, epoch } => StoreError::Fenced {
+                session_id: session_id.clone(),
+                epoch: *epoch,
+            },
             other => StoreError::Inconsistent(other.to_string()),
         }
     }
@@ -112,6 +130,13 @@ pub enum Error {
     /// The runtime is shutting down and accepts no new work.
     #[error("the runtime is shutting down")]
     ShuttingDown,
+    /// Several nodes share the database and another node took this session over: this node's
+    /// write was rejected (nothing of it was stored) and its turn was cancelled.
+    #[error("session {session_id} is owned by another node; this node's write was rejected")]
+    Fenced {
+        /// The session.
+        session_id: SessionId,
+    },
     /// A configuration value was out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -173,11 +198,21 @@ impl Error {
     }
 }
 
+impl From<InvalidId> for Error {
+    fn from(e: InvalidId) -> Self {
+        Error::InvalidInput {
+            field: e.field,
+            reason: e.reason,
+        }
+    }
+}
+
 impl From<StoreError> for Error {
     /// A store that has stopped because the runtime shut down is [`Error::ShuttingDown`].
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Closed => Error::ShuttingDown,
+            StoreError::Fenced { session_id, .. } => Error::Fenced { session_id },
             other => Error::Store(other),
         }
     }

@@ -5,19 +5,22 @@ use std::sync::Arc;
 
 use futures::channel::oneshot;
 
-use crate::core::Core;
 use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::outcome::{InterruptReason, Terminal};
+use crate::registry::Registry;
 use crate::session::messages::{AwaitIdle, Interrupt, Resume, Wake};
-use crate::session::SessionActor;
+use crate::session::{Environment, SessionActor};
 
 /// Starts, wakes, interrupts and awaits the turns of sessions. Cheap to clone.
 ///
 /// Every method must be called inside the actix `System` the runtime was started in.
 #[derive(Clone)]
 pub struct Execution {
-    pub(crate) core: Arc<Core>,
+    /// The live actors and the `active()` set.
+    registry: Arc<Registry>,
+    /// What an actor the registry starts is given.
+    env: Arc<Environment>,
 }
 
 impl std::fmt::Debug for Execution {
@@ -27,12 +30,21 @@ impl std::fmt::Debug for Execution {
 }
 
 impl Execution {
+    pub(crate) fn new(registry: Arc<Registry>, env: Arc<Environment>) -> Self {
+        Self { registry, env }
+    }
+
+    /// Whether the runtime is shutting down (no actor starts any more).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.registry.is_closed()
+    }
+
     async fn deliver<M, R>(&self, id: &SessionId, make: impl FnMut() -> (M, R)) -> Result<R>
     where
         M: actix::Message<Result = ()> + Send + 'static,
         SessionActor: actix::Handler<M>,
     {
-        self.core.registry.deliver(&self.core, id, make).await
+        self.registry.deliver(&self.env, id, make).await
     }
 
     /// Runs a forced turn, or joins the running one, and returns how it ended.
@@ -106,7 +118,7 @@ impl Execution {
     /// # Errors
     /// [`Error::ShuttingDown`] while shutting down.
     pub async fn await_idle(&self, id: &SessionId) -> Result<()> {
-        if !self.core.registry.is_active(id) {
+        if !self.registry.is_active(id) {
             return Ok(());
         }
         let idle = self
@@ -121,6 +133,6 @@ impl Execution {
 
     /// The sessions with a turn in this process, including ones starting or settling.
     pub fn active(&self) -> BTreeSet<SessionId> {
-        self.core.registry.active()
+        self.registry.active()
     }
 }

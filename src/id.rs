@@ -10,23 +10,39 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
-
 /// The longest id accepted, in bytes.
 pub const MAX_ID_BYTES: usize = 255;
 
-fn validate(field: &'static str, s: &str) -> Result<(), Error> {
+/// Why a string is not a valid id; it converts into
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) with the same field and reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid input: {field}: {reason}")]
+pub struct InvalidId {
+    /// Which id: `session_id` or `message_id`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> InvalidId {
+    InvalidId {
+        field,
+        reason: reason.into(),
+    }
+}
+
+fn validate(field: &'static str, s: &str) -> Result<(), InvalidId> {
     if s.is_empty() {
-        return Err(Error::invalid(field, "must not be empty"));
+        return Err(invalid(field, "must not be empty"));
     }
     if s.len() > MAX_ID_BYTES {
-        return Err(Error::invalid(
+        return Err(invalid(
             field,
             format!("is {} bytes, longer than {MAX_ID_BYTES}", s.len()),
         ));
     }
     if s.chars().any(char::is_control) {
-        return Err(Error::invalid(field, "must not contain control characters"));
+        return Err(invalid(field, "must not contain control characters"));
     }
     Ok(())
 }
@@ -46,8 +62,8 @@ macro_rules! id_type {
             /// Validates `s`: non-empty, at most [`MAX_ID_BYTES`] bytes, no control characters.
             ///
             /// # Errors
-            /// [`Error::InvalidInput`] when `s` breaks one of those rules.
-            pub fn new(s: impl Into<String>) -> Result<Self, Error> {
+            /// [`InvalidId`] when `s` breaks one of those rules.
+            pub fn new(s: impl Into<String>) -> Result<Self, InvalidId> {
                 let s: String = s.into();
                 validate($field, &s)?;
                 Ok(Self(s.into()))
@@ -77,22 +93,22 @@ macro_rules! id_type {
         }
 
         impl FromStr for $name {
-            type Err = Error;
-            fn from_str(s: &str) -> Result<Self, Error> {
+            type Err = InvalidId;
+            fn from_str(s: &str) -> Result<Self, InvalidId> {
                 Self::try_from(s)
             }
         }
 
         impl TryFrom<String> for $name {
-            type Error = Error;
-            fn try_from(s: String) -> Result<Self, Error> {
+            type Error = InvalidId;
+            fn try_from(s: String) -> Result<Self, InvalidId> {
                 Self::new(s)
             }
         }
 
         impl TryFrom<&str> for $name {
-            type Error = Error;
-            fn try_from(s: &str) -> Result<Self, Error> {
+            type Error = InvalidId;
+            fn try_from(s: &str) -> Result<Self, InvalidId> {
                 validate($field, s)?;
                 Ok(Self(s.into()))
             }

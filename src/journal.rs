@@ -17,83 +17,124 @@
 //! - `turns`: what a turn writes and reads (claim, promotions, messages, events, settle);
 //! - `recovery`: the restart sweep's plan and writes.
 
+mod backend;
 pub(crate) mod inspect;
+mod nodes;
 mod persistence;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 mod prompts;
 mod recovery;
 mod sessions;
-pub(crate) mod store;
+pub(crate) mod sqlite;
 mod turns;
 
 use std::sync::Arc;
 
 use tokio::sync::broadcast;
 
+pub(crate) use self::backend::{Nudge, Ownership, Route, Signal};
 use self::persistence::Persistence;
 pub use self::persistence::PersistenceStats;
 pub(crate) use self::prompts::Admitted;
 pub(crate) use self::recovery::{Swept, Unfinished};
 pub use self::sessions::ClaimStats;
-pub(crate) use self::sessions::Created;
+pub(crate) use self::sessions::{Created, Loaded};
 
 pub(crate) use self::turns::Transcript;
 use crate::config::RuntimeConfig;
 use crate::error::StoreError;
 use crate::event::EventRecord;
 
-/// The durable store of one runtime: cheap to clone; every clone talks to the same writer.
+/// The durable store of one runtime: cheap to clone (one reference count; a drain holds one);
+/// every clone talks to the same writer.
 #[derive(Clone, Debug)]
 pub(crate) struct Journal {
-    /// Shared, so that a clone (one per drain) is one reference count.
-    persistence: Arc<Persistence>,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The writer thread, the readers and the bus.
+    persistence: Persistence,
+    /// Several nodes share the database (ownership can change under this node).
+    shared: bool,
+    /// Bumped when other nodes committed events this node was not told about one by one: every
+    /// live follower re-reads its session from the store.
+    resyncs: std::sync::atomic::AtomicU64,
+    /// This node's membership (lease, listener), with PostgreSQL.
+    #[cfg(feature = "postgres")]
+    node: Option<postgres::Node>,
 }
 
 impl Journal {
     /// Opens (creating and migrating) the database the configuration names and starts its
-    /// writer thread.
+    /// writer thread; `boot` is this runtime's boot id (with PostgreSQL, its node id).
     ///
     /// # Errors
     /// When the database cannot be opened, is corrupt or is newer than this crate.
-    pub(crate) fn open(config: &RuntimeConfig) -> Result<Self, StoreError> {
-        let store_config = store::StoreConfig {
+    pub(crate) fn open(config: &RuntimeConfig, boot: &str) -> Result<Self, StoreError> {
+        #[cfg(feature = "postgres")]
+        if let Some(url) = config.postgres_url() {
+            return Self::open_postgres(config, url, boot);
+        }
+        let _ = boot;
+        let store_config = sqlite::StoreConfig {
             synchronous: config.synchronous,
             busy_timeout: config.busy_timeout,
             pool_size: config.pool_size,
-            ..store::StoreConfig::new(&config.database)
+            ..sqlite::StoreConfig::new(&config.database)
         };
-        let pool = store::open(&store_config)?;
-        let writer = store::open_connection(&store_config)?;
-        let persistence =
-            Persistence::start(pool, writer, config.group_commit, config.bus_capacity)?;
-        Ok(Self {
-            persistence: Arc::new(persistence),
-        })
+        let pool = sqlite::open(&store_config)?;
+        let writer = sqlite::open_connection(&store_config)?;
+        let persistence = Persistence::start(
+            Arc::new(sqlite::backend::SqliteReaders(pool.clone())),
+            Box::new(sqlite::backend::SqliteWriter::new(writer, pool)),
+            config.group_commit,
+            config.bus_capacity,
+        )?;
+        Ok(Self::new(persistence, false))
+    }
+
+    fn new(persistence: Persistence, shared: bool) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                persistence,
+                shared,
+                resyncs: std::sync::atomic::AtomicU64::new(0),
+                #[cfg(feature = "postgres")]
+                node: None,
+            }),
+        }
     }
 
     /// Subscribes to every event committed from now on (broadcast after COMMIT, in commit
     /// order).
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<Arc<EventRecord>> {
-        self.persistence.subscribe()
+        self.inner.persistence.subscribe()
     }
 
     /// A snapshot of the writer's counters.
     pub(crate) fn stats(&self) -> PersistenceStats {
-        self.persistence.stats()
+        self.inner.persistence.stats()
     }
 
     /// Releases the SQLite memory that is not in use (after mass passivation).
     pub(crate) async fn release_memory(&self) {
-        self.persistence.release_memory().await;
+        self.inner.persistence.release_memory().await;
     }
 
     /// Finishes what is queued and stops the writer; later writes fail with
     /// [`StoreError::Closed`].
     pub(crate) async fn stop(&self) {
-        self.persistence.stop().await;
+        self.inner.persistence.stop().await;
     }
 }
 
-/// The current time in milliseconds since the Unix epoch.
+/// The current time in milliseconds since the Unix epoch (0 if the clock is before it).
 pub(crate) fn now_ms() -> i64 {
-    store::now_ms()
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

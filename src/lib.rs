@@ -115,11 +115,13 @@
 //!
 //! - `journal` (internal): every durable operation, named for what it means to a session
 //!   (create it, admit a prompt, request an interrupt, claim and settle a turn, promote, append,
-//!   the sweep's plan and writes), and every read. It is the only importer of `journal::store`
-//!   (plain rusqlite functions: schema migrations, the pool and its PRAGMAs, every query and
-//!   projection write) and of `journal::persistence` (the writer thread that group-commits the
-//!   requests of many sessions, a savepoint each, answers after COMMIT and then broadcasts the
-//!   committed events), so no layer above sees a connection or a transaction.
+//!   the sweep's plan and writes), and every read, written once over the backend seam
+//!   (`journal::backend`: `Store`, the statements; `WriterConnection`, the writer's
+//!   transaction control; `Readers`, the read pool — no signature mentions a driver type).
+//!   `journal::sqlite` implements the seam over rusqlite (schema migrations, the pool and its
+//!   PRAGMAs, every query and projection write) and is imported by the journal alone;
+//!   `journal::persistence` is the writer thread that group-commits the requests of many
+//!   sessions, a savepoint each, answers after COMMIT and then broadcasts the committed events.
 //! - `recovery` (internal): the restart sweep. It resumes every turn an earlier process left
 //!   claimed and every session owed a turn (an acknowledged prompt whose turn never started),
 //!   counting each attempt durably; aborts turns over budget; records the user interrupts a
@@ -127,8 +129,11 @@
 //! - `registry` (internal): which session actor serves which session on which arbiter, the set
 //!   of sessions with a turn in this process, and the `Supervisor` actor that passivates idle
 //!   actors.
-//! - `session` (internal): the `SessionActor`, one per live session, a thin actix shell that
-//!   carries out its coordinator's effects: commits the claim before calling the runner, runs
+//! - `session` (internal): the `SessionActor`, one per live session, a thin actix shell built
+//!   with an `Environment` (journal, runner, boot id, and its registry entry seen through the
+//!   `Host` trait, so it imports nothing above it). It loads its session on the journal's
+//!   readers before its first message and carries out its coordinator's effects: commits the
+//!   claim before calling the runner, runs
 //!   the drain as a cancellable future (a panic is recorded as `failed{panic}` and the actor is
 //!   replaced), commits the terminal, and starts the next queued prompt's turn.
 //!   - `session::coordinator`: the per-session state machine (joiners, doorbell, interrupt
@@ -147,8 +152,9 @@
 //! - `execution`: [`Execution`], the handle that starts, wakes, interrupts and awaits turns by
 //!   messaging session actors.
 //! - `runtime`: [`Runtime`] and [`RuntimeBuilder`]: take the owner lock, open the journal,
-//!   start the arbiters and the registry, run the sweep, shut down gracefully. [`Sessions`] and
-//!   [`Execution`] hold the runtime's shared handles (journal, runner, registry, configuration).
+//!   start the arbiters and the registry, run the sweep, shut down gracefully. Each handle holds
+//!   only what it uses: [`Sessions`] the journal, an [`Execution`] and the configuration;
+//!   [`Execution`] the registry and what a session actor is built with.
 //! - `http` (feature `http`): the actix-web adapter: the session service as JSON routes, each
 //!   session's event log as Server-Sent Events (tickets for browsers), CORS, and the operator
 //!   console at `/console`.
@@ -169,8 +175,8 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(not(test), warn(clippy::print_stdout))]
 
+mod cluster;
 mod config;
-mod core;
 #[doc(hidden)]
 pub mod crash;
 mod error;
@@ -199,7 +205,7 @@ pub use event::{
     RESTART_NOTICE_TEXT,
 };
 pub use execution::Execution;
-pub use id::{MessageId, SessionId, MAX_ID_BYTES};
+pub use id::{InvalidId, MessageId, SessionId, MAX_ID_BYTES};
 pub use journal::{ClaimStats, PersistenceStats};
 pub use outcome::{InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal};
 pub use records::{

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use futures::channel::oneshot;
 
-use crate::core::Core;
 use crate::error::Result;
 use crate::id::SessionId;
 use crate::journal::{Swept, Unfinished};
+use crate::registry::Registry;
 use crate::session::messages::Resume;
+use crate::session::Environment;
 
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -40,11 +41,15 @@ const SWEEP_CHUNK: usize = 1024;
 /// interrupt that came before the crash; (4c) as each chunk commits, its resumes start
 /// (registration only, never waiting for drains) while the writer commits the next chunk.
 /// Returns once every resumed turn is registered (in `active()`).
-pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepReport> {
-    let journal = &core.journal;
+pub(crate) async fn resume_suspended_sessions(
+    registry: &Registry,
+    env: &Arc<Environment>,
+    max_resume_attempts: u32,
+) -> Result<SweepReport> {
+    let (journal, boot) = (&env.journal, &env.boot);
     let children_released = journal.release_child_claims().await?;
-    let active = core.registry.active();
-    let plan = journal.recovery_plan(core.boot.clone()).await?;
+    let active = registry.active();
+    let plan = journal.recovery_plan(boot.clone()).await?;
     let claimed: Vec<SessionId> = plan
         .claimed
         .into_iter()
@@ -54,7 +59,7 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
     let mut orphans = if claimed.is_empty() {
         Vec::new()
     } else {
-        journal.count_resumes(claimed, core.boot.clone()).await?
+        journal.count_resumes(claimed, boot.clone()).await?
     };
     orphans.extend(owed.map(Unfinished::Owed));
     let mut report = SweepReport {
@@ -66,29 +71,16 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
     }
     crate::crash::point(crate::crash::SWEEP_AFTER_COUNT);
     crate::crash::point(crate::crash::BEFORE_CLAIM);
-    let max = core.config.max_resume_attempts;
+    let max = max_resume_attempts;
     let outcomes = chunked(orphans, SWEEP_CHUNK).into_iter().map(|chunk| {
         async move {
-            let swept = journal.sweep(chunk, max, core.boot.clone()).await?;
-            // Every turn of the chunk is active before any of them drains (a claimed resume
-            // drains as soon as its actor handles it); an actor whose resume starts no turn
-            // deactivates its session again.
-            let registrations: Vec<_> = swept
-                .iter()
-                .filter_map(|outcome| match outcome {
-                    Swept::Resumed(id, resumption) => Some((id, resumption.clone())),
-                    _ => None,
-                })
-                .collect();
-            for (id, _) in &registrations {
-                core.registry.activate(id);
-            }
-            let registrations = registrations
-                .into_iter()
-                .map(|(id, resumption)| async move {
-                    let delivered = core
-                        .registry
-                        .deliver(core, id, || {
+            let swept = journal.sweep(chunk, max, boot.clone()).await?;
+            // Each resumed turn's actor registers it (in `active()`) as it handles the message,
+            // which `deliver` waits for; the drains run on their own.
+            let registrations = swept.iter().filter_map(|outcome| match outcome {
+                Swept::Resumed(id, resumption) => Some(async move {
+                    let delivered = registry
+                        .deliver(env, id, || {
                             let (reply, _outcome) = oneshot::channel();
                             let recovery = Some(resumption.clone());
                             (Resume { reply, recovery }, ())
@@ -96,9 +88,10 @@ pub(crate) async fn resume_suspended_sessions(core: &Arc<Core>) -> Result<SweepR
                         .await;
                     if let Err(e) = delivered {
                         log::error!("sweep: could not resume session {id}: {e}");
-                        core.registry.deactivate(id);
                     }
-                });
+                }),
+                _ => None,
+            });
             futures::future::join_all(registrations).await;
             Ok::<_, crate::Error>(swept)
         }

@@ -18,11 +18,13 @@ use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 
-use crate::core::Core;
 use crate::error::Error;
 use crate::id::SessionId;
-use crate::session::messages::Passivate;
-use crate::session::{Forget, SessionActor, Stamp};
+use crate::session::{Environment, Forget, Host, SessionActor, Stamp};
+
+mod supervisor;
+
+pub(crate) use self::supervisor::{AfterPassivation, Ready, StopSupervisor, Supervisor};
 
 /// How often a message is re-sent to a fresh actor when the one it found had just stopped.
 const DELIVERY_ATTEMPTS: usize = 8;
@@ -112,7 +114,7 @@ impl Registry {
     /// [`Error::ShuttingDown`] once the runtime is closing.
     pub(crate) fn addr(
         &self,
-        core: &Arc<Core>,
+        env: &Arc<Environment>,
         id: &SessionId,
     ) -> Result<Addr<SessionActor>, Error> {
         let mut actors = lock(&self.actors);
@@ -131,10 +133,11 @@ impl Registry {
         let stamp = Arc::new(Stamp {
             generation,
             touched: AtomicU64::new(self.now_ms()),
+            epoch: AtomicU64::new(0),
         });
-        let (core, session, shared) = (core.clone(), id.clone(), stamp.clone());
+        let (env, session, shared) = (env.clone(), id.clone(), stamp.clone());
         let addr = SessionActor::start_in_arbiter(arbiter, move |_| {
-            SessionActor::new(core, session, shared)
+            SessionActor::new(env, session, shared)
         });
         actors.insert(
             id.clone(),
@@ -168,7 +171,7 @@ impl Registry {
     }
 
     /// The actors whose last activity is older than `idle` (candidates for passivation).
-    fn idle_actors(&self, idle: Duration) -> Vec<Addr<SessionActor>> {
+    pub(crate) fn idle_actors(&self, idle: Duration) -> Vec<Addr<SessionActor>> {
         let cutoff = self
             .now_ms()
             .saturating_sub(u64::try_from(idle.as_millis()).unwrap_or(u64::MAX));
@@ -234,7 +237,7 @@ impl Registry {
     /// each attempt; it returns what the caller then waits on.
     pub(crate) async fn deliver<M, R>(
         &self,
-        core: &Arc<Core>,
+        env: &Arc<Environment>,
         id: &SessionId,
         mut make: impl FnMut() -> (M, R),
     ) -> Result<R, Error>
@@ -243,7 +246,7 @@ impl Registry {
         SessionActor: actix::Handler<M>,
     {
         for _ in 0..DELIVERY_ATTEMPTS {
-            let addr = self.addr(core, id)?;
+            let addr = self.addr(env, id)?;
             let (message, rest) = make();
             match addr.send(message).await {
                 Ok(()) => return Ok(rest),
@@ -268,6 +271,18 @@ impl Registry {
         actors.values().map(|e| e.addr.clone()).collect()
     }
 
+    /// This node lost its lease (several nodes sharing a database): every live actor stops at
+    /// once without recording anything; the nodes that take its sessions over resume them.
+    pub(crate) fn fence_all(&self) {
+        let actors: Vec<_> = lock(&self.actors)
+            .values()
+            .map(|e| e.addr.clone())
+            .collect();
+        for addr in actors {
+            addr.do_send(crate::session::messages::Fence);
+        }
+    }
+
     /// Whether `close` was called.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
@@ -284,146 +299,20 @@ impl Registry {
     }
 }
 
-/// How many actors a passivation wave must have stopped before the runtime releases memory.
-const RELEASE_AFTER: usize = 64;
-
-/// The most `Passivate` requests in flight at once. A wave asks its idle actors in batches of
-/// this many, each batch answered before the next is sent: sending them all at once would queue
-/// one wake-up per actor in the arbiters' run queues (100,000 idle actors: 50,000 on each of two
-/// arbiters), which grow to that peak and never shrink, and would hold up the live sessions'
-/// messages behind the whole wave.
-const PASSIVATE_BATCH: usize = 1024;
-
-/// How long a wave waits for one actor to answer its `Passivate`.
-const ASK_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The supervisor: passivates idle session actors on a timer, and once a wave of passivation is
-/// over (the live actors down to a quarter of their peak, at least [`RELEASE_AFTER`] fewer, and
-/// no fewer than on the tick before) releases SQLite's unused memory and calls the
-/// `after_passivation` hook.
-pub(crate) struct Supervisor {
-    core: Arc<Core>,
-    /// The most live actors since memory was last released.
-    peak: usize,
-    /// Live actors at the previous tick.
-    last: usize,
-    /// A passivation wave is still sending its `Passivate` batches.
-    passivating: bool,
-}
-
-impl Supervisor {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
-        Self {
-            core,
-            peak: 0,
-            last: 0,
-            passivating: false,
-        }
+impl Host for Registry {
+    fn activate(&self, id: &SessionId) {
+        Registry::activate(self, id);
     }
 
-    /// Asks every actor idle longer than `idle` to stop, [`PASSIVATE_BATCH`] at a time; ticks
-    /// that come while a wave is still being sent start none.
-    fn passivate_idle(&mut self, idle: Duration, ctx: &mut Context<Self>) {
-        if self.passivating {
-            return;
-        }
-        let idle_actors = self.core.registry.idle_actors(idle);
-        if idle_actors.is_empty() {
-            return;
-        }
-        self.passivating = true;
-        ctx.spawn(
-            async move {
-                let mut rest = idle_actors.into_iter();
-                loop {
-                    let batch: Vec<_> = rest.by_ref().take(PASSIVATE_BATCH).collect();
-                    if batch.is_empty() {
-                        break;
-                    }
-                    // An actor that stopped meanwhile answers with a mailbox error, and one whose
-                    // arbiter is stuck times out: neither holds up passivation for good.
-                    let asks = batch
-                        .iter()
-                        .map(|addr| addr.send(Passivate).timeout(ASK_TIMEOUT));
-                    futures::future::join_all(asks).await;
-                }
-            }
-            .into_actor(self)
-            .map(|(), act, _| act.passivating = false),
-        );
+    fn deactivate(&self, id: &SessionId) {
+        Registry::deactivate(self, id);
     }
 
-    /// After a passivation wave: releases the store's unused memory, then calls the hook.
-    fn release_after_wave(&mut self, ctx: &mut Context<Self>) {
-        let live = self.core.registry.stats().live;
-        let settled = live >= self.last;
-        self.last = live;
-        self.peak = self.peak.max(live);
-        let freed = self.peak - live;
-        // While actors are still stopping, their memory is still being freed: wait a tick.
-        if !settled || freed < RELEASE_AFTER || live > self.peak / 4 {
-            return;
-        }
-        self.peak = live;
-        let core = self.core.clone();
-        ctx.spawn(
-            async move {
-                core.journal.release_memory().await;
-                if let Some(hook) = &core.after_passivation {
-                    hook(freed);
-                }
-            }
-            .into_actor(self),
-        );
+    fn forget(&self, id: &SessionId, generation: u64, why: Forget) {
+        Registry::forget(self, id, generation, why);
     }
-}
 
-impl std::fmt::Debug for Supervisor {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Supervisor").finish_non_exhaustive()
+    fn now_ms(&self) -> u64 {
+        Registry::now_ms(self)
     }
-}
-
-impl Actor for Supervisor {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        let idle = self.core.config.idle_timeout;
-        let tick = (idle / 2).clamp(Duration::from_millis(5), Duration::from_secs(5));
-        ctx.run_interval(tick, move |act, ctx| {
-            if act.core.registry.is_closed() {
-                return;
-            }
-            // Actors asked on an earlier tick have stopped by now, unless a wave is still
-            // being sent.
-            if !act.passivating {
-                act.release_after_wave(ctx);
-            }
-            act.passivate_idle(idle, ctx);
-        });
-    }
-}
-
-/// Stops the [`Supervisor`] (at shutdown).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct StopSupervisor;
-
-impl Handler<StopSupervisor> for Supervisor {
-    type Result = ();
-
-    fn handle(&mut self, _: StopSupervisor, ctx: &mut Self::Context) {
-        ctx.stop();
-    }
-}
-
-/// Answered once the [`Supervisor`] runs (so `start` never returns before it started).
-#[derive(Debug, Message)]
-#[rtype(result = "()")]
-pub(crate) struct Ready;
-
-impl Handler<Ready> for Supervisor {
-    type Result = ();
-
-    fn handle(&mut self, _: Ready, _: &mut Self::Context) {}
 }

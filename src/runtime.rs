@@ -9,16 +9,18 @@ use tokio::sync::broadcast;
 
 use crate::config::RuntimeConfig;
 use crate::config::Synchronous;
-use crate::core::{AfterPassivation, Core};
 use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
 use crate::journal::{ClaimStats, Journal, PersistenceStats};
 use crate::lock::OwnerLock;
 use crate::recovery::{self, SweepReport};
-use crate::registry::{Ready, Registry, RegistryStats, StopSupervisor, Supervisor};
+use crate::registry::{
+    AfterPassivation, Ready, Registry, RegistryStats, StopSupervisor, Supervisor,
+};
 use crate::runner::Runner;
 use crate::service::Sessions;
+use crate::session::Environment;
 
 /// Configures and starts a [`Runtime`].
 pub struct RuntimeBuilder {
@@ -38,8 +40,33 @@ impl std::fmt::Debug for RuntimeBuilder {
 impl RuntimeBuilder {
     /// The SQLite file (created when missing). Default `./durable-sessions.db`. The runtime owns
     /// it through an exclusive lock on the sidecar file `<path>.lock` (kept on disk).
+    ///
+    /// With the `postgres` feature, a `postgres://…` URL selects PostgreSQL instead (see
+    /// [`RuntimeBuilder::postgres`]).
     pub fn database(mut self, path: impl Into<PathBuf>) -> Self {
         self.config.database = path.into();
+        self
+    }
+
+    /// A PostgreSQL database (feature `postgres`), e.g.
+    /// `postgres://user:password@host:5432/db`: several runtimes (nodes) may share it. Each node
+    /// holds a lease it renews; each live session is owned by one node at a time, with a
+    /// fencing epoch every write of a turn is checked against; a dead node's turns resume on a
+    /// live node within the lease and one takeover tick.
+    pub fn postgres(mut self, url: impl Into<String>) -> Self {
+        self.config.database = PathBuf::from(url.into());
+        self
+    }
+
+    /// This node's name, shown to operators (PostgreSQL only). Default: host name and pid.
+    pub fn node_name(mut self, name: impl Into<String>) -> Self {
+        self.config.node_name = Some(name.into());
+        self
+    }
+
+    /// How long this node's lease lasts unless renewed (PostgreSQL only). Default 10 s.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease;
         self
     }
 
@@ -139,30 +166,52 @@ impl RuntimeBuilder {
             .ok_or_else(|| Error::Config("a runner is required".into()))?;
         // Before anything opens the database: a second runtime must not migrate it, nor sweep
         // the claims of the live one.
-        let owner = OwnerLock::acquire(&config.database)?;
-        let journal = Journal::open(&config)?;
+        let owner = match config.postgres_url() {
+            // Nodes sharing a PostgreSQL database coordinate through it: leases and fencing.
+            Some(_) => None,
+            None => Some(OwnerLock::acquire(&config.database)?),
+        };
+        let boot = uuid::Uuid::now_v7().simple().to_string();
+        let journal = Journal::open(&config, &boot)?;
         let arbiters: Vec<Arbiter> = (0..config.arbiters).map(|_| Arbiter::new()).collect();
-        let registry = Registry::new(arbiters.iter().map(Arbiter::handle).collect());
-        let core = Arc::new(Core {
-            journal,
+        let registry = Arc::new(Registry::new(
+            arbiters.iter().map(Arbiter::handle).collect(),
+        ));
+        let env = Arc::new(Environment {
+            journal: journal.clone(),
             runner,
-            boot: uuid::Uuid::now_v7().simple().to_string(),
-            config,
-            registry,
-            after_passivation: self.after_passivation,
-            owner: Mutex::new(Some(owner)),
-            fanout: Default::default(),
+            boot,
+            idle_timeout: config.idle_timeout,
+            host: registry.clone(),
         });
-        let supervisor = Supervisor::new(core.clone()).start();
+        let supervisor = Supervisor::new(
+            registry.clone(),
+            journal.clone(),
+            config.idle_timeout,
+            self.after_passivation,
+        )
+        .start();
         // Wait until the supervisor runs, so a runtime shut down right after `start` never has
         // it starting during teardown.
         let _ = supervisor.send(Ready).await;
         let runtime = Runtime {
-            core,
-            supervisor,
-            arbiters: Arc::new(arbiters),
+            inner: Arc::new(Inner {
+                journal,
+                registry,
+                env,
+                config: Arc::new(config),
+                owner: Mutex::new(owner),
+                supervisor,
+                arbiters,
+            }),
         };
-        if runtime.core.config.sweep_on_start {
+        crate::cluster::start(
+            runtime.inner.registry.clone(),
+            runtime.inner.env.clone(),
+            runtime.inner.config.max_resume_attempts,
+            runtime.inner.config.lease,
+        );
+        if runtime.inner.config.sweep_on_start {
             let report = runtime.resume_suspended_sessions().await?;
             log::info!(
                 "restart sweep: {} resumed, {} terminalized, {} interrupted, {} child claims \
@@ -180,15 +229,33 @@ impl RuntimeBuilder {
 /// A running runtime: the handles to sessions and executions. Cheap to clone.
 #[derive(Clone)]
 pub struct Runtime {
-    core: Arc<Core>,
+    inner: Arc<Inner>,
+}
+
+/// What a runtime owns; the handles it gives out hold only the parts they use.
+struct Inner {
+    /// The durable store.
+    journal: Journal,
+    /// Live session actors and the `active()` set.
+    registry: Arc<Registry>,
+    /// What every session actor is given (journal, runner, boot id, registry entry).
+    env: Arc<Environment>,
+    /// The configuration the runtime was started with.
+    config: Arc<RuntimeConfig>,
+    /// The lock on `<database>.lock` that makes this runtime the database's only owner. Taken
+    /// before the database was opened; `shutdown` takes it out and releases it once the writer
+    /// stopped (otherwise it goes when the last handle is dropped, or with the process).
+    owner: Mutex<Option<OwnerLock>>,
+    /// Passivates idle actors.
     supervisor: Addr<Supervisor>,
-    arbiters: Arc<Vec<Arbiter>>,
+    /// The threads session actors run on.
+    arbiters: Vec<Arbiter>,
 }
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
-            .field("boot", &self.core.boot)
+            .field("boot", &self.inner.env.boot)
             .finish_non_exhaustive()
     }
 }
@@ -216,24 +283,26 @@ impl Runtime {
 
     /// The session service.
     pub fn sessions(&self) -> Sessions {
-        Sessions::new(self.core.clone())
+        Sessions::new(
+            self.inner.journal.clone(),
+            self.execution(),
+            self.inner.config.clone(),
+        )
     }
 
     /// The execution handle.
     pub fn execution(&self) -> Execution {
-        Execution {
-            core: self.core.clone(),
-        }
+        Execution::new(self.inner.registry.clone(), self.inner.env.clone())
     }
 
     /// The configuration the runtime runs with.
     pub fn config(&self) -> &RuntimeConfig {
-        &self.core.config
+        &self.inner.config
     }
 
     /// This boot's id (recorded with every claim it makes).
     pub fn boot_id(&self) -> &str {
-        &self.core.boot
+        &self.inner.env.boot
     }
 
     /// The restart sweep, which `start` runs unless [`RuntimeBuilder::sweep_on_start`] is off:
@@ -245,22 +314,28 @@ impl Runtime {
     /// [`Error::Store`] when the sweep's writes fail (a retry is safe: counts already committed
     /// stay, and a turn is resumed at most once per sweep).
     pub async fn resume_suspended_sessions(&self) -> Result<SweepReport> {
-        recovery::resume_suspended_sessions(&self.core).await
+        let inner = &self.inner;
+        recovery::resume_suspended_sessions(
+            &inner.registry,
+            &inner.env,
+            inner.config.max_resume_attempts,
+        )
+        .await
     }
 
     /// A live stream of every event committed from now on.
     pub fn subscribe(&self) -> EventStream {
         EventStream {
-            receiver: self.core.journal.subscribe(),
+            receiver: self.inner.journal.subscribe(),
         }
     }
 
     /// Counters of the runtime's actors.
     pub fn stats(&self) -> RuntimeStats {
         RuntimeStats {
-            persistence: self.core.journal.stats(),
-            registry: self.core.registry.stats(),
-            active: self.core.registry.active().len(),
+            persistence: self.inner.journal.stats(),
+            registry: self.inner.registry.stats(),
+            active: self.inner.registry.active().len(),
         }
     }
 
@@ -271,7 +346,7 @@ impl Runtime {
     /// [`Error::Store`] when the read fails.
     pub async fn claim_stats(&self) -> Result<ClaimStats> {
         Ok(self
-            .core
+            .inner
             .journal
             .claim_stats(crate::journal::now_ms())
             .await?)
@@ -283,23 +358,25 @@ impl Runtime {
     /// period, then stops the arbiters and the Persistence actor, and releases the database's
     /// lock: another runtime may then start on it.
     pub async fn shutdown(&self) {
-        let actors = self.core.registry.close();
+        let actors = self.inner.registry.close();
         for addr in actors {
             addr.do_send(crate::session::messages::Close);
         }
-        let deadline = tokio::time::Instant::now() + self.core.config.shutdown_grace;
-        if !self.core.registry.settled_by(deadline).await {
+        let deadline = tokio::time::Instant::now() + self.inner.config.shutdown_grace;
+        if !self.inner.registry.settled_by(deadline).await {
             log::warn!(
                 "shutdown: {} turns had not recorded their interruption within the grace period",
-                self.core.registry.active().len()
+                self.inner.registry.active().len()
             );
         }
-        self.supervisor.do_send(StopSupervisor);
-        for arbiter in self.arbiters.iter() {
+        // With several nodes: hand this node's sessions over at once (claims kept).
+        self.inner.journal.leave().await;
+        self.inner.supervisor.do_send(StopSupervisor);
+        for arbiter in &self.inner.arbiters {
             arbiter.stop();
         }
-        self.core.journal.stop().await;
-        let owner = match self.core.owner.lock() {
+        self.inner.journal.stop().await;
+        let owner = match self.inner.owner.lock() {
             Ok(mut owner) => owner.take(),
             Err(poisoned) => poisoned.into_inner().take(),
         };

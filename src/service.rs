@@ -26,10 +26,12 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::core::Core;
+use crate::config::RuntimeConfig;
 use crate::error::{Error, Result};
+use crate::execution::Execution;
 use crate::id::SessionId;
 use crate::journal::Created;
+use crate::journal::Journal;
 use crate::records::{ListQuery, SessionInfo};
 
 pub use events::SessionEvents;
@@ -94,7 +96,12 @@ impl std::ops::Deref for Creation {
 /// Every method must be called inside the actix `System` the runtime was started in.
 #[derive(Clone)]
 pub struct Sessions {
-    pub(crate) core: Arc<Core>,
+    journal: Journal,
+    execution: Execution,
+    config: Arc<RuntimeConfig>,
+    /// Routes committed events to the event streams of their session (one per runtime: every
+    /// handle of the runtime shares it).
+    fanout: Arc<Fanout>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -124,8 +131,14 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 }
 
 impl Sessions {
-    pub(crate) fn new(core: Arc<Core>) -> Self {
-        Self { core }
+    pub(crate) fn new(journal: Journal, execution: Execution, config: Arc<RuntimeConfig>) -> Self {
+        let fanout = Fanout::of(&config);
+        Self {
+            journal,
+            execution,
+            config,
+            fanout,
+        }
     }
 
     /// Creates a session, idempotently by id: an existing id returns the stored session
@@ -173,7 +186,7 @@ impl Sessions {
             time_suspended: None,
             resume_attempts: 0,
         };
-        match self.core.journal.create_session(info).await? {
+        match self.journal.create_session(info).await? {
             Created::New(info) => Ok(Creation::Created(info)),
             Created::Existing(info) => Ok(Creation::Existing(info)),
             Created::NoParent(parent) => Err(Error::NotFound { session_id: parent }),
@@ -185,8 +198,7 @@ impl Sessions {
     /// # Errors
     /// [`Error::NotFound`] when there is none; [`Error::Store`] when the read fails.
     pub async fn get(&self, id: &SessionId) -> Result<SessionInfo> {
-        self.core
-            .journal
+        self.journal
             .session(id)
             .await?
             .ok_or_else(|| Error::NotFound {
@@ -212,12 +224,12 @@ impl Sessions {
         if let Some(search) = &query.search {
             validate::text("search", search)?;
         }
-        Ok(self.core.journal.list_sessions(query).await?)
+        Ok(self.journal.list_sessions(query).await?)
     }
 
     /// Fails with [`Error::NotFound`] unless `id` is stored.
     pub(crate) async fn require(&self, id: &SessionId) -> Result<()> {
-        if self.core.journal.session_exists(id).await? {
+        if self.journal.session_exists(id).await? {
             Ok(())
         } else {
             Err(Error::NotFound {

@@ -7,12 +7,14 @@
 //! `Failed{kind: "panic"}`), and commits the terminal event (+ release, except on shutdown).
 
 pub(crate) mod coordinator;
+mod handlers;
 pub(crate) mod messages;
 
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
@@ -20,14 +22,51 @@ use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
-use self::messages::{AwaitIdle, Close, Interrupt, Passivate, Resume, Wake};
-use crate::core::Core;
+use self::messages::Passivate;
 use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::id::SessionId;
+use crate::journal::Journal;
 use crate::outcome::{Exit, RunError, Terminal};
 use crate::records::Resumption;
+use crate::runner::Runner;
 use crate::turn::{Turn, TurnCause};
+
+/// What every session actor of a runtime is given when it starts.
+pub(crate) struct Environment {
+    /// The durable store: claims, settlements, and what a turn writes.
+    pub(crate) journal: Journal,
+    /// The user's runner.
+    pub(crate) runner: Arc<dyn Runner>,
+    /// This boot's id, recorded with every claim.
+    pub(crate) boot: String,
+    /// How long an actor stays idle before the supervisor may passivate it.
+    pub(crate) idle_timeout: Duration,
+    /// The actor's registry entry and the `active()` set.
+    pub(crate) host: Arc<dyn Host>,
+}
+
+impl std::fmt::Debug for Environment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Environment")
+            .field("boot", &self.boot)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The registry as a session actor sees it: the set of sessions with a turn in this process,
+/// which the actor changes as its coordinator says (`Effect::Activated` / `Deactivated`), and
+/// its own entry, which it removes when it stops.
+pub(crate) trait Host: Send + Sync {
+    /// The session has a turn in this process.
+    fn activate(&self, id: &SessionId);
+    /// The session's turns have all settled.
+    fn deactivate(&self, id: &SessionId);
+    /// Removes the actor's entry (if it is still generation `generation`'s).
+    fn forget(&self, id: &SessionId, generation: u64, why: Forget);
+    /// The clock of [`Stamp::touched`].
+    fn now_ms(&self) -> u64;
+}
 
 /// What a session actor and its registry entry share (the registry hands it to the actor when
 /// it starts it).
@@ -37,6 +76,20 @@ pub(crate) struct Stamp {
     pub(crate) generation: u64,
     /// When the actor last did anything (ms since the registry started); written by the actor.
     pub(crate) touched: AtomicU64,
+    /// The fencing epoch of this node's ownership of the session (0 with a single-node store);
+    /// here rather than in the actor, which must stay small.
+    pub(crate) epoch: AtomicU64,
+}
+
+/// What the actor knows of its session's row and owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Not loaded yet, or not stored (re-read on the next message that needs it).
+    Unknown,
+    /// Stored and owned by this node, at the epoch in [`Stamp::epoch`].
+    Mine,
+    /// Stored and owned by another live node: messages are forwarded to it.
+    Elsewhere,
 }
 
 /// Why an actor asks the registry to forget it.
@@ -67,17 +120,19 @@ type SettleError = Arc<StoreError>;
 /// it come to 440 bytes, and tokio allocates a task in steps of 128 bytes, so every byte past 72
 /// costs each live actor another 128. What only a running turn needs is boxed.
 pub(crate) struct SessionActor {
-    core: Arc<Core>,
+    env: Arc<Environment>,
     id: SessionId,
     coordinator: Coordinator<ActorTokens, SettleError>,
     /// This incarnation's generation and last activity, shared with its registry entry.
     stamp: Arc<Stamp>,
     /// The running drain and a recovery waiting for its drain; boxed, as most actors are idle.
     running: Option<Box<Running>>,
-    /// Whether the session row exists (loaded at start, re-checked when it did not).
-    exists: bool,
+    /// Whether the session is stored and owned here (loaded at start, re-read when it was not).
+    held: Held,
     /// A drain panicked: after settling, the actor stops and is replaced.
     panicked: bool,
+    /// Another node took the session over: after settling, the actor stops and forgets it.
+    fenced: bool,
 }
 
 /// What only a session with a turn in hand carries.
@@ -104,43 +159,22 @@ impl std::fmt::Debug for SessionActor {
 }
 
 impl SessionActor {
-    pub(crate) fn new(core: Arc<Core>, id: SessionId, stamp: Arc<Stamp>) -> Self {
+    pub(crate) fn new(env: Arc<Environment>, id: SessionId, stamp: Arc<Stamp>) -> Self {
         Self {
-            core,
+            env,
             id,
             coordinator: Coordinator::new(None),
             stamp,
             running: None,
-            exists: false,
+            held: Held::Unknown,
             panicked: false,
+            fenced: false,
         }
     }
 
-    /// Reloads what the actor derives from the store: whether the session exists and its
-    /// durable interrupt fence. A short synchronous read on this arbiter.
-    fn reload(&mut self) {
-        let loaded = self.core.journal.session_state_blocking(&self.id);
-        match loaded {
-            Ok((exists, fence)) => {
-                self.exists = exists;
-                if let Some(seq) = fence {
-                    self.coordinator.raise_boundary(seq);
-                }
-            }
-            Err(e) => {
-                log::error!("session {}: cannot load state: {e}", self.id);
-                self.exists = false;
-            }
-        }
-    }
-
-    /// Whether the session exists, re-reading the store when it did not (it may have been
-    /// created since).
-    fn ensure_exists(&mut self) -> bool {
-        if !self.exists {
-            self.reload();
-        }
-        self.exists
+    /// The fencing epoch the actor's turns write under.
+    fn epoch(&self) -> u64 {
+        self.stamp.epoch.load(Ordering::Relaxed)
     }
 
     /// Carries out the coordinator's effects, in order; effects produced while doing so are
@@ -150,8 +184,8 @@ impl SessionActor {
         self.touch();
         while let Some(effect) = queue.pop_front() {
             match effect {
-                Effect::Activated => self.core.registry.activate(&self.id),
-                Effect::Deactivated => self.core.registry.deactivate(&self.id),
+                Effect::Activated => self.env.host.activate(&self.id),
+                Effect::Deactivated => self.env.host.deactivate(&self.id),
                 Effect::Start { execution } => queue.extend(self.start_hook(execution, ctx)),
                 Effect::Drain {
                     drain,
@@ -178,7 +212,7 @@ impl SessionActor {
                     );
                 }
                 Effect::AnswerRun(reply, answer) => {
-                    let _ = reply.send(answer.map_err(|e| Error::Store(e.duplicate())));
+                    let _ = reply.send(answer.map_err(|e| Error::from(e.duplicate())));
                 }
                 Effect::AnswerIdle(reply, _) => {
                     let _ = reply.send(());
@@ -188,19 +222,22 @@ impl SessionActor {
                 }
             }
         }
-        if self.panicked && !self.coordinator.is_active() {
+        if self.fenced && !self.coordinator.is_active() {
+            log::warn!(
+                "session {}: another node took it over; forgetting it",
+                self.id
+            );
+            self.retire(Forget::Stopped, ctx);
+        } else if self.panicked && !self.coordinator.is_active() {
             log::warn!("session {}: replacing the actor after a panic", self.id);
-            self.core
-                .registry
-                .forget(&self.id, self.stamp.generation, Forget::Replaced);
-            ctx.stop();
+            self.retire(Forget::Replaced, ctx);
         }
     }
 
     fn touch(&self) {
         self.stamp
             .touched
-            .store(self.core.registry.now_ms(), Ordering::Relaxed);
+            .store(self.env.host.now_ms(), Ordering::Relaxed);
     }
 
     /// Commits the claim with `session.execution.started` (uninterruptible), then reports.
@@ -215,13 +252,14 @@ impl SessionActor {
             crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
             return self.coordinator.started(execution, Ok(()));
         }
-        let journal = self.core.journal.clone();
-        let (id, boot) = (self.id.clone(), self.core.boot.clone());
+        let journal = self.env.journal.clone();
+        let (id, boot, epoch) = (self.id.clone(), self.env.boot.clone(), self.epoch());
         crash::point(crash::BEFORE_CLAIM);
-        let commit = async move { journal.claim_turn(id, boot).await };
+        let commit = async move { journal.claim_turn(id, boot, epoch).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let result = result.map_err(|e| {
                 log::error!("session {}: claim failed: {e}", act.id);
+                act.fenced |= matches!(e, StoreError::Fenced { .. });
                 let exit = Exit::Failure(RunError::Other(format!("claim failed: {e}")));
                 act.running.get_or_insert_with(Box::default).claim_failed = Some(Arc::new(e));
                 exit
@@ -249,8 +287,14 @@ impl SessionActor {
             (Mode::Run, None) => TurnCause::Resume,
             (Mode::Wake, _) => TurnCause::Wake { seq: wake_seq },
         };
-        let turn = Turn::new(self.core.journal.clone(), self.id.clone(), cause, wake_seq);
-        let runner = self.core.runner.clone();
+        let turn = Turn::new(
+            self.env.journal.clone(),
+            self.id.clone(),
+            cause,
+            wake_seq,
+            self.epoch(),
+        );
+        let runner = self.env.runner.clone();
         let future = DropSafe(Some(
             AssertUnwindSafe(async move { runner.drain(turn).await })
                 .catch_unwind()
@@ -296,7 +340,7 @@ impl SessionActor {
             }
             return self.coordinator.settled(Err(error));
         }
-        let journal = self.core.journal.clone();
+        let journal = self.env.journal.clone();
         let id = self.id.clone();
         crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
         let best_effort = matches!(
@@ -305,11 +349,17 @@ impl SessionActor {
                 reason: crate::outcome::InterruptReason::Shutdown
             }
         );
-        let settled = terminal.clone();
-        let commit = async move { journal.settle_turn(id, settled).await };
+        let (settled, epoch) = (terminal.clone(), self.epoch());
+        let commit = async move { journal.settle_turn(id, settled, epoch).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let (result, next) = match result {
                 Ok(next) => (Ok(()), next),
+                Err(e @ StoreError::Fenced { .. }) => {
+                    // Another node owns the turn now: it records how the turn ends.
+                    log::warn!("session {}: fenced: {e}", act.id);
+                    act.fenced = true;
+                    (Err(Arc::new(e)), None)
+                }
                 Err(e) if best_effort => {
                     log::warn!("session {}: could not record shutdown: {e}", act.id);
                     (Ok(()), None)
@@ -377,17 +427,18 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(64);
-        self.reload();
+        // Before the first message: whether the session exists, and its interrupt fence.
+        self.when_loaded(ctx, |_, _| {});
     }
 
     fn stopped(&mut self, _ctx: &mut Self::Context) {
         // System stop or passivation: any drain future was dropped with the context; claims are
         // kept, so the next boot resumes the turn.
         if self.coordinator.is_active() {
-            self.core.registry.deactivate(&self.id);
+            self.env.host.deactivate(&self.id);
         }
-        self.core
-            .registry
+        self.env
+            .host
             .forget(&self.id, self.stamp.generation, Forget::Stopped);
     }
 }
@@ -396,91 +447,28 @@ impl Handler<Passivate> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, _: Passivate, ctx: &mut Self::Context) {
-        let idle = self.core.config.idle_timeout;
+        let idle = self.env.idle_timeout;
         let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         let last = self.stamp.touched.load(Ordering::Relaxed);
-        if self.coordinator.is_quiescent()
-            && self.core.registry.now_ms().saturating_sub(last) >= idle_ms
+        if self.coordinator.is_quiescent() && self.env.host.now_ms().saturating_sub(last) >= idle_ms
         {
             log::debug!("session {}: passivating after {idle:?} idle", self.id);
-            self.core
-                .registry
+            if self.env.journal.is_shared() {
+                // Queued before the entry is forgotten, so a new actor of the session takes it
+                // again only after this release.
+                let released = self.env.journal.release_ownership(self.id.clone());
+                let id = self.id.clone();
+                actix_rt::spawn(async move {
+                    if let Err(e) = released.await {
+                        log::warn!("session {id}: cannot release its ownership: {e}");
+                    }
+                });
+            }
+            self.env
+                .host
                 .forget(&self.id, self.stamp.generation, Forget::Passivated);
             ctx.stop();
         }
-    }
-}
-
-impl Handler<Wake> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
-        if !self.ensure_exists() {
-            log::debug!("session {}: wake for an unknown session dropped", self.id);
-            return;
-        }
-        let effects = self.coordinator.wake(msg.seq);
-        self.apply(effects, ctx);
-    }
-}
-
-impl Handler<Resume> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
-        if !self.ensure_exists() {
-            if msg.recovery.is_some() && !self.coordinator.is_active() {
-                self.core.registry.deactivate(&self.id);
-            }
-            let _ = msg.reply.send(Err(Error::NotFound {
-                session_id: self.id.clone(),
-            }));
-            return;
-        }
-        let claimed = msg.recovery.is_some();
-        let effects = self.coordinator.run(msg.reply);
-        if let Some(resumption) = msg.recovery {
-            self.running.get_or_insert_with(Box::default).recovery = Some(resumption);
-        }
-        self.apply(effects, ctx);
-        // Only a turn this resume started uses the sweep's claim (it may have joined one).
-        if let Some(running) = self.running.as_mut() {
-            running.recovery = None;
-            if running.drain.is_none() {
-                self.running = None;
-            }
-        }
-        if claimed && !self.coordinator.is_active() {
-            // The sweep marked the session active ahead of this resume, which started nothing.
-            self.core.registry.deactivate(&self.id);
-        }
-    }
-}
-
-impl Handler<Interrupt> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: Interrupt, ctx: &mut Self::Context) {
-        let effects = self.coordinator.interrupt(msg.seq, msg.reason, msg.reply);
-        self.apply(effects, ctx);
-    }
-}
-
-impl Handler<AwaitIdle> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, msg: AwaitIdle, ctx: &mut Self::Context) {
-        let effects = self.coordinator.await_idle(msg.reply);
-        self.apply(effects, ctx);
-    }
-}
-
-impl Handler<Close> for SessionActor {
-    type Result = ();
-
-    fn handle(&mut self, _: Close, ctx: &mut Self::Context) {
-        let effects = self.coordinator.close();
-        self.apply(effects, ctx);
     }
 }
 

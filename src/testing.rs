@@ -1,6 +1,8 @@
 //! Test support for users' own message-driven integration tests: a [`ScriptedRunner`] whose
 //! drains complete, block until released, never end, fail or panic, per session and in order;
 //! and helpers that read claims, attempts and events straight from the database file.
+//!
+//! With feature `postgres`, the submodule `postgres` starts a throwaway PostgreSQL cluster.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -19,6 +21,9 @@ use crate::outcome::RunError;
 use crate::records::ClaimState;
 use crate::runner::Runner;
 use crate::turn::Turn;
+
+#[cfg(feature = "postgres")]
+pub mod postgres;
 
 /// A custom drain body.
 pub type DrainFn = Arc<dyn Fn(Turn) -> LocalBoxFuture<'static, Result<(), RunError>> + Send + Sync>;

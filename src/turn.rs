@@ -39,6 +39,9 @@ pub struct Turn {
     /// The drain's interrupt fence: its wake's admission seq (a forced drain upgraded from a
     /// wake keeps that wake's seq).
     wake_seq: Option<u64>,
+    /// The fencing epoch of the session's ownership this drain runs under: every write checks
+    /// it, so a node the session was taken from writes nothing more.
+    epoch: u64,
 }
 
 impl std::fmt::Debug for Turn {
@@ -56,12 +59,14 @@ impl Turn {
         session_id: SessionId,
         cause: TurnCause,
         wake_seq: Option<u64>,
+        epoch: u64,
     ) -> Self {
         Self {
             journal,
             session_id,
             cause,
             wake_seq,
+            epoch,
         }
     }
 
@@ -100,11 +105,12 @@ impl Turn {
     /// promotion promotes each input exactly once.
     ///
     /// # Errors
-    /// [`Error::Store`] when the write failed (nothing was promoted).
+    /// [`Error::Store`] when the write failed (nothing was promoted); [`Error::Fenced`] when
+    /// another node took the session over (several nodes sharing a database): stop the drain.
     pub async fn promote_steer(&self, cutoff: Option<u64>) -> Result<Vec<Admission>> {
         Ok(self
             .journal
-            .promote_steer(self.session_id.clone(), cutoff)
+            .promote_steer(self.session_id.clone(), cutoff, self.epoch)
             .await?)
     }
 
@@ -113,7 +119,10 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the write failed.
     pub async fn promote_queue(&self) -> Result<Option<Admission>> {
-        Ok(self.journal.promote_queue(self.session_id.clone()).await?)
+        Ok(self
+            .journal
+            .promote_queue(self.session_id.clone(), self.epoch)
+            .await?)
     }
 
     /// The inputs still pending in the session's inbox, in admission order.
@@ -132,7 +141,7 @@ impl Turn {
     pub async fn append_message(&self, kind: &str, data: Value) -> Result<MessageId> {
         Ok(self
             .journal
-            .append_message(self.session_id.clone(), kind.to_owned(), data)
+            .append_message(self.session_id.clone(), kind.to_owned(), data, self.epoch)
             .await?)
     }
 
@@ -156,7 +165,7 @@ impl Turn {
         }
         Ok(self
             .journal
-            .publish(self.session_id.clone(), event.to_owned(), data)
+            .publish(self.session_id.clone(), event.to_owned(), data, self.epoch)
             .await?)
     }
 

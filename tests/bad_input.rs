@@ -11,8 +11,8 @@
 mod common;
 
 use durable_sessions::{
-    CreateSession, Cursor, Delivery, Direction, Error, ListQuery, MessageId, MessagesQuery,
-    PromptInput, SessionId, Sessions,
+    CreateSession, Cursor, Delivery, Direction, Error, InvalidId, ListQuery, MessageId,
+    MessagesQuery, PromptInput, SessionId, Sessions,
 };
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
@@ -152,8 +152,8 @@ fn service_cases(sessions: &Sessions) -> Vec<Case<'_>> {
         async move { got(s.messages(query).await, |_| false) }.boxed_local()
     };
     let ready = |g: Got| async move { g }.boxed_local();
-    let id_error = |r: Result<SessionId, Error>| got(r, |_| false);
-    let message_id_error = |r: Result<MessageId, Error>| got(r, |_| false);
+    let id_error = |r: Result<SessionId, InvalidId>| got(r.map_err(Error::from), |_| false);
+    let message_id_error = |r: Result<MessageId, InvalidId>| got(r.map_err(Error::from), |_| false);
     vec![
         // Ids are validated where they are made.
         (

@@ -101,8 +101,9 @@ async fn a_user_interrupt_releases_the_claim_so_the_turn_never_resurrects() {
     runtime.stop().await;
 }
 
-/// The sweep starts all claimed turns without waiting for earlier drains: once four drains
-/// started, all five sessions are active.
+/// The sweep starts all claimed turns without waiting for earlier drains: their drains never
+/// end, yet the sweep returns with all five resumed and registered (active), and all five
+/// drains run at once.
 #[actix_rt::test]
 async fn starts_every_claimed_execution_without_waiting_for_earlier_drains_to_finish() {
     let runner = ScriptedRunner::new();
@@ -118,10 +119,15 @@ async fn starts_every_claimed_execution_without_waiting_for_earlier_drains_to_fi
         let runtime = runtime.clone();
         async move { runtime.resume_suspended_sessions().await }
     });
-    runner.wait_for_drains(4, WAIT).await;
+    let report = tokio::time::timeout(WAIT, sweep)
+        .await
+        .expect("the sweep returns while the drains still run")
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.resumed.len(), 5);
     let active: Vec<_> = runtime.execution().active().into_iter().collect();
     assert_eq!(active, ids);
-    assert_eq!(sweep.await.unwrap().unwrap().resumed.len(), 5);
+    runner.wait_for_drains(5, WAIT).await;
     runtime.stop().await;
 }
 

@@ -1022,8 +1022,8 @@ async fn rejects_invalid_input_and_writes_nothing() {
         "a\nb".into(),
         "tab\there".into(),
     ] {
-        assert!(is_invalid(SessionId::new(bad.clone())));
-        assert!(is_invalid(MessageId::new(bad.clone())));
+        assert!(is_invalid(SessionId::new(bad.clone()).map_err(Error::from)));
+        assert!(is_invalid(MessageId::new(bad.clone()).map_err(Error::from)));
         let from_json = serde_json::from_value::<PromptInput>(json!({
             "session_id": "s", "id": bad, "prompt": "hi"
         }));

@@ -279,13 +279,24 @@ async fn a_wave_of_passivation_calls_the_after_passivation_hook() {
     .await;
     *live_when_called.lock().unwrap() = Some(runtime.clone());
     let mut ids = Vec::new();
+    // The drains hold until all 100 actors are live (and the supervisor saw them), so they
+    // go idle together, as one wave, however slowly the wakes arrive.
+    let gate = Gate::new();
     for i in 0..100 {
-        ids.push(create(&runtime, &format!("s{i}"), None).await);
+        let id = create(&runtime, &format!("s{i}"), None).await;
+        runner.set_default(&id, Script::Gate(gate.clone()));
+        ids.push(id);
     }
     for id in &ids {
         runtime.execution().wake(id, None).await.unwrap();
     }
     runner.wait_for_drains(ids.len(), WAIT).await;
+    assert_eq!(runtime.stats().registry.live, 100);
+    actix_rt::time::sleep(Duration::from_millis(100)).await;
+    for id in &ids[..3] {
+        runner.set_default(id, Script::Complete);
+    }
+    gate.release();
     wait_for("the hook after the wave", || {
         !calls.lock().unwrap().is_empty()
     })

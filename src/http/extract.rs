@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::error::ApiError;
 use super::HttpOptions;
+use crate::error::Error;
 use crate::id::{MessageId, SessionId};
 
 /// Reads the whole body within the configured [`super::HttpOptions::body_timeout`] (408
@@ -97,7 +98,7 @@ fn segments(req: &HttpRequest) -> Result<Segments, ApiError> {
 
 /// The `{id}` path segment (fully percent-decoded) as a session id (400 when invalid).
 pub(super) fn session_id(req: &HttpRequest) -> Result<SessionId, ApiError> {
-    Ok(SessionId::new(segments(req)?.id)?)
+    Ok(SessionId::new(segments(req)?.id).map_err(Error::from)?)
 }
 
 /// The `{message_id}` path segment (fully percent-decoded) as a message id (400 when invalid).
@@ -105,5 +106,5 @@ pub(super) fn message_id(req: &HttpRequest) -> Result<MessageId, ApiError> {
     let id = segments(req)?
         .message_id
         .ok_or_else(|| ApiError::invalid("missing path segment message_id"))?;
-    Ok(MessageId::new(id)?)
+    Ok(MessageId::new(id).map_err(Error::from)?)
 }

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::store;
+use super::sqlite as store;
 use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::id::SessionId;
@@ -40,7 +40,7 @@ pub(crate) fn seed_claim(
     let changed = conn.execute(
         "UPDATE session SET time_suspended = ?2, resume_attempts = ?3, claim_boot = 'seeded', \
          claim_seq = (SELECT seq FROM event_sequence WHERE aggregate_id = ?1) WHERE id = ?1",
-        rusqlite::params![session.as_str(), store::now_ms(), attempts],
+        rusqlite::params![session.as_str(), super::now_ms(), attempts],
     )?;
     if changed == 0 {
         return Err(StoreError::Inconsistent(format!("no session {session}")));

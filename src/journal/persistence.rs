@@ -1,5 +1,5 @@
-//! The Persistence actor: owns the SQLite pool, runs every durable write on one writer thread and
-//! group-commits them.
+//! The Persistence actor: owns the store's connections, runs every durable write on one writer
+//! thread and group-commits them.
 //!
 //! The actor lives on its own OS thread (like an actix `SyncArbiter` with one thread) whose
 //! mailbox is a channel, so that it can take *everything* queued in one go: requests that arrive
@@ -14,13 +14,12 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 
 use futures::channel::oneshot;
-use rusqlite::Connection;
 use tokio::sync::broadcast;
 
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::store::{self, pool::Pool};
+use crate::journal::backend::{Readers, Store, WriterConnection};
 
 /// The largest number of requests committed in one transaction.
 const MAX_BATCH: usize = 2048;
@@ -47,18 +46,17 @@ pub struct PersistenceStats {
     pub largest_batch: u64,
 }
 
-/// What a write request sees: the open transaction (inside the request's savepoint) and a log
-/// of the events it published, broadcast after COMMIT.
-#[derive(Debug)]
+/// What a write request sees: the store, inside the request's savepoint, and a log of the
+/// events it published, broadcast after COMMIT.
 pub(crate) struct WriteCtx<'a> {
-    conn: &'a Connection,
+    store: &'a mut dyn Store,
     events: Vec<EventRecord>,
 }
 
 impl WriteCtx<'_> {
-    /// The connection, inside the request's savepoint.
-    pub(crate) fn conn(&self) -> &Connection {
-        self.conn
+    /// The store, inside the request's savepoint.
+    pub(crate) fn store(&mut self) -> &mut dyn Store {
+        self.store
     }
 
     /// Appends an event given by wire name and payload (a runner-defined event), assigning its
@@ -69,7 +67,7 @@ impl WriteCtx<'_> {
         kind: &str,
         data: &serde_json::Value,
     ) -> Result<EventRecord, StoreError> {
-        let record = store::publish(self.conn, session, kind, data, store::now_ms())?;
+        let record = self.store.publish(session, kind, data, super::now_ms())?;
         self.events.push(record.clone());
         Ok(record)
     }
@@ -81,12 +79,12 @@ impl WriteCtx<'_> {
         session: &SessionId,
         event: &SessionEvent,
     ) -> Result<EventRecord, StoreError> {
-        let record = store::append(self.conn, session, event, store::now_ms())?;
+        let record = self.store.append(session, event, super::now_ms())?;
         self.events.push(record.clone());
         Ok(record)
     }
 
-    /// Remembers an event already appended through a store function.
+    /// Remembers an event already appended through a [`Store`] method.
     pub(crate) fn record(&mut self, event: EventRecord) {
         self.events.push(event);
     }
@@ -158,7 +156,9 @@ enum Msg {
 #[derive(Clone)]
 pub(crate) struct Persistence {
     mailbox: mpsc::Sender<Msg>,
-    pool: Pool,
+    readers: Arc<dyn Readers>,
+    /// As many as the readers have connections.
+    read_permits: Arc<tokio::sync::Semaphore>,
     bus: broadcast::Sender<Arc<EventRecord>>,
     counters: Arc<Counters>,
 }
@@ -172,13 +172,13 @@ impl std::fmt::Debug for Persistence {
 }
 
 impl Persistence {
-    /// Starts the writer thread on `writer` (a connection with the store's PRAGMAs applied).
+    /// Starts the writer thread on `writer`; reads run on `readers`.
     ///
     /// With `group_commit` off every request commits in its own transaction (kept for the
     /// benchmark comparison).
     pub(crate) fn start(
-        pool: Pool,
-        writer: Connection,
+        readers: Arc<dyn Readers>,
+        writer: Box<dyn WriterConnection>,
         group_commit: bool,
         bus_capacity: usize,
     ) -> Result<Self, StoreError> {
@@ -187,7 +187,6 @@ impl Persistence {
         let counters = Arc::new(Counters::default());
         let actor = WriterActor {
             conn: writer,
-            pool: pool.clone(),
             inbox,
             bus: bus.clone(),
             counters: counters.clone(),
@@ -199,7 +198,8 @@ impl Persistence {
             .map_err(StoreError::WriterThread)?;
         Ok(Self {
             mailbox,
-            pool,
+            read_permits: Arc::new(tokio::sync::Semaphore::new(readers.size().max(1))),
+            readers,
             bus,
             counters,
         })
@@ -234,7 +234,25 @@ impl Persistence {
         self.submit(work, true).await
     }
 
-    async fn submit<T, F>(&self, work: F, alone: bool) -> Result<T, StoreError>
+    /// Like [`Persistence::write`], but queued at once, when called rather than when first
+    /// polled: a write the caller must have ordered before what it does next (the writer
+    /// serves its mailbox in order).
+    pub(crate) fn write_now<T, F>(
+        &self,
+        work: F,
+    ) -> impl std::future::Future<Output = Result<T, StoreError>> + use<T, F>
+    where
+        F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.submit(work, false)
+    }
+
+    fn submit<T, F>(
+        &self,
+        work: F,
+        alone: bool,
+    ) -> impl std::future::Future<Output = Result<T, StoreError>> + use<T, F>
     where
         F: FnOnce(&mut WriteCtx<'_>) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
@@ -246,10 +264,21 @@ impl Persistence {
             reply,
             alone,
         };
-        self.mailbox
+        let sent = self
+            .mailbox
             .send(Msg::Job(Box::new(job)))
-            .map_err(|_| StoreError::Closed)?;
-        answer.await.map_err(|_| StoreError::Closed)?
+            .map_err(|_| StoreError::Closed);
+        async move {
+            sent?;
+            answer.await.map_err(|_| StoreError::Closed)?
+        }
+    }
+
+    /// Publishes events other nodes committed on this node's bus, as if committed here.
+    pub(crate) fn rebroadcast(&self, events: Vec<EventRecord>) {
+        for event in events {
+            let _ = self.bus.send(Arc::new(event));
+        }
     }
 
     /// Runs `work` on a pooled connection on a blocking thread, not behind the writer.
@@ -258,25 +287,25 @@ impl Persistence {
     /// Whatever the read returns, or a pool error.
     pub(crate) async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
     where
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&mut dyn Store) -> Result<T, StoreError> + Send + 'static,
         T: Send + 'static,
     {
-        let pool = self.pool.clone();
+        // One blocking thread per pooled connection at most: a burst of reads (a sweep
+        // starting thousands of actors) queues here instead of starting a thread per read that
+        // would then wait for a connection.
+        let permit = self
+            .read_permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let readers = self.readers.clone();
         actix_rt::task::spawn_blocking(move || {
-            let conn = pool.get()?;
-            work(&conn)
+            let _permit = permit;
+            read_on(&*readers, work)
         })
         .await
         .map_err(StoreError::ReadTask)?
-    }
-
-    /// Runs a read synchronously on a pooled connection (for callers off the async runtime).
-    pub(crate) fn read_blocking<T>(
-        &self,
-        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let conn = self.pool.get()?;
-        work(&conn)
     }
 
     /// Subscribes to every event committed from now on.
@@ -312,6 +341,23 @@ impl Persistence {
             let _ = rx.await;
         }
     }
+}
+
+/// Runs a one-shot read on `readers` (whose interface takes a reusable closure).
+fn read_on<T>(
+    readers: &dyn Readers,
+    work: impl FnOnce(&mut dyn Store) -> Result<T, StoreError>,
+) -> Result<T, StoreError> {
+    let mut work = Some(work);
+    let mut answer = None;
+    readers.read(&mut |store| {
+        let work = work
+            .take()
+            .ok_or_else(|| StoreError::Inconsistent("a read ran twice".into()))?;
+        answer = Some(work(store)?);
+        Ok(())
+    })?;
+    answer.ok_or_else(|| StoreError::Inconsistent("a read never ran".into()))
 }
 
 mod writer;

@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::{store, Journal};
+use super::backend::{Nudge, Ownership, Route, Store};
+use super::Journal;
 use crate::error::StoreError;
 use crate::event::{kind, EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
@@ -32,6 +33,20 @@ const INBOX_AND_TRANSCRIPT: &[&str] = &[
     kind::MESSAGE_APPENDED,
 ];
 
+/// Where `nudge` for `session` is carried out, decided in the request's transaction: here when
+/// this node owns the session (taking it when no live node does), else on the live node that
+/// owns it, which the store notifies at COMMIT.
+fn here_or_owner(
+    store: &mut dyn Store,
+    session: &SessionId,
+    nudge: Nudge,
+) -> Result<Route, StoreError> {
+    match store.acquire(session)? {
+        Ownership::Elsewhere { .. } => store.route(session, nudge),
+        Ownership::Owned { .. } | Ownership::Missing => Ok(Route::Local),
+    }
+}
+
 /// Whether a stored admission is what this request would have admitted: same session, same
 /// delivery, same prompt JSON.
 fn equivalent(stored: &Admission, session: &SessionId, prompt: &Value, delivery: Delivery) -> bool {
@@ -52,66 +67,85 @@ impl Journal {
         prompt: Value,
         delivery: Delivery,
         resume: bool,
-    ) -> Result<Admitted, StoreError> {
+    ) -> Result<(Admitted, Route), StoreError> {
         let owner = session.clone();
+        let shared = self.inner.shared;
         let admitted = self
+            .inner
             .persistence
             .write(move |w| {
-                let conn = w.conn();
-                if !store::session_exists(conn, &session)? {
-                    return Ok(Admitted::NoSession);
+                let conn = w.store();
+                if !conn.session_exists(&session)? {
+                    return Ok((Admitted::NoSession, Route::Local));
                 }
-                if let Some(stored) = store::get_input(conn, &id)? {
+                if let Some(stored) = conn.get_input(&id)? {
                     if !equivalent(&stored, &session, &prompt, delivery) {
-                        return Ok(Admitted::Conflict(stored.session_id));
+                        return Ok((Admitted::Conflict(stored.session_id), Route::Local));
                     }
-                    let fenced = store::latest_interrupt_seq(conn, &session)?
+                    let fenced = conn
+                        .latest_interrupt_seq(&session)?
                         .is_some_and(|fence| stored.admitted_seq <= fence);
+                    let mut route = Route::Local;
                     if resume && stored.promoted_seq.is_none() && !fenced {
-                        store::mark_wake(conn, &id)?;
+                        conn.mark_wake(&id)?;
+                        if shared {
+                            route =
+                                here_or_owner(conn, &session, Nudge::Wake(stored.admitted_seq))?;
+                        }
                     }
-                    return Ok(Admitted::Retried(stored));
+                    return Ok((Admitted::Retried(stored), route));
                 }
-                if let Some(owner) = store::transcript_owner(conn, &id)? {
-                    return Ok(Admitted::Conflict(owner));
+                if let Some(owner) = conn.transcript_owner(&id)? {
+                    return Ok((Admitted::Conflict(owner), Route::Local));
                 }
                 let (admission, event) =
-                    store::admit(conn, &session, &id, &prompt, delivery, store::now_ms())?;
+                    conn.admit(&session, &id, &prompt, delivery, super::now_ms())?;
+                let mut route = Route::Local;
                 if resume {
-                    store::mark_wake(conn, &id)?;
+                    conn.mark_wake(&id)?;
+                    if shared {
+                        route = here_or_owner(conn, &session, Nudge::Wake(admission.admitted_seq))?;
+                    }
                 }
                 if let Some(event) = event {
                     crate::crash::point(crate::crash::DURING_ADMISSION);
                     w.record(event);
                 }
-                Ok(Admitted::New(admission))
+                Ok((Admitted::New(admission), route))
             })
             .await;
         match admitted {
-            Err(StoreError::Conflict(_)) => Ok(Admitted::Conflict(owner)),
+            Err(StoreError::Conflict(_)) => Ok((Admitted::Conflict(owner), Route::Local)),
             other => other,
         }
     }
 
     /// Commits `session.interrupt.requested` (data `{"sessionID"}`) and drops the wake marks
-    /// of every pending input (the request fences them all). Returns the request's seq and
-    /// whether a turn held the claim, or `None` (nothing written) when the session is not
-    /// stored.
+    /// of every pending input (the request fences them all). Returns the request's seq,
+    /// whether a turn held the claim and where the interrupt is to be carried out, or `None`
+    /// (nothing written) when the session is not stored.
     pub(crate) async fn request_interrupt(
         &self,
         session: SessionId,
-    ) -> Result<Option<(u64, bool)>, StoreError> {
-        self.persistence
+    ) -> Result<Option<(u64, bool, Route)>, StoreError> {
+        let shared = self.inner.shared;
+        self.inner
+            .persistence
             .write(move |w| {
-                let Some(claim) = store::claim_state(w.conn(), &session)? else {
+                let Some(claim) = w.store().claim_state(&session)? else {
                     return Ok(None);
                 };
                 let request = SessionEvent::InterruptRequested {
                     session_id: session.clone(),
                 };
                 let seq = w.append(&session, &request)?.seq;
-                store::clear_wakes(w.conn(), &session)?;
-                Ok(Some((seq, claim.time_suspended.is_some())))
+                w.store().clear_wakes(&session)?;
+                let route = if shared {
+                    here_or_owner(w.store(), &session, Nudge::Interrupt(seq))?
+                } else {
+                    Route::Local
+                };
+                Ok(Some((seq, claim.time_suspended.is_some(), route)))
             })
             .await
     }
@@ -123,9 +157,10 @@ impl Journal {
         session: SessionId,
         model: Value,
     ) -> Result<Option<EventRecord>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
-                if !store::session_exists(w.conn(), &session)? {
+                if !w.store().session_exists(&session)? {
                     return Ok(None);
                 }
                 let switched = SessionEvent::ModelSwitched {
@@ -147,18 +182,19 @@ impl Journal {
         &self,
         session: SessionId,
     ) -> Result<Option<Reprojection>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
-                let conn = w.conn();
-                if !store::session_exists(conn, &session)? {
+                let conn = w.store();
+                if !conn.session_exists(&session)? {
                     return Ok(None);
                 }
-                store::delete_projections(conn, &session)?;
+                conn.delete_projections(&session)?;
                 let mut events = 0;
                 // The claim of the turn being replayed, to mark the prompts of a turn a user
                 // interrupted.
                 let mut claim = None;
-                for event in store::events_after(conn, &session, None, usize::MAX)? {
+                for event in conn.events_after(&session, None, usize::MAX)? {
                     match SessionEvent::projected(&event.kind, &event.data) {
                         Some(Ok(SessionEvent::ExecutionStarted { .. })) => {
                             claim.get_or_insert(event.seq);
@@ -168,17 +204,17 @@ impl Journal {
                             if let (SessionEvent::ExecutionInterrupted { .. }, Some(seq)) =
                                 (terminal, claimed)
                             {
-                                store::mark_interrupted(conn, &session, seq)?;
+                                conn.mark_interrupted(&session, seq)?;
                             }
                         }
                         _ => {}
                     }
                     if INBOX_AND_TRANSCRIPT.contains(&event.kind.as_str()) {
-                        store::project(conn, &event)?;
+                        conn.project(&event)?;
                         events += 1;
                     }
                 }
-                let (inputs, messages) = store::projection_counts(conn, &session)?;
+                let (inputs, messages) = conn.projection_counts(&session)?;
                 Ok(Some(Reprojection {
                     events,
                     inputs,

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::persistence::WriteCtx;
-use super::{store, Journal};
+use super::Journal;
 use crate::error::StoreError;
 use crate::event::SessionEvent;
 use crate::id::SessionId;
@@ -47,19 +47,21 @@ impl Journal {
     /// Releases every claimed child session (children are never resumed on their own); returns
     /// how many.
     pub(crate) async fn release_child_claims(&self) -> Result<usize, StoreError> {
-        self.persistence
-            .write(|w| store::release_child_claims(w.conn()))
+        self.inner
+            .persistence
+            .write(|w| w.store().release_child_claims())
             .await
     }
 
     /// The sessions a previous process left behind: claimed by a boot other than `boot`, or
     /// owed a turn.
     pub(crate) async fn recovery_plan(&self, boot: String) -> Result<RecoveryPlan, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| {
                 Ok(RecoveryPlan {
-                    claimed: store::list_claimed(conn, Some(&boot))?,
-                    owed: store::adoptable(conn)?,
+                    claimed: conn.list_claimed(Some(&boot))?,
+                    owed: conn.adoptable()?,
                 })
             })
             .await
@@ -76,11 +78,12 @@ impl Journal {
     ) -> Result<Vec<Unfinished>, StoreError> {
         // Alone: a savepoint around 10,000 rows would copy every page it touches to the
         // statement journal.
-        self.persistence
+        self.inner
+            .persistence
             .write_alone(move |w| {
                 let mut counted = Vec::with_capacity(claimed.len());
                 for id in claimed {
-                    if let Some(attempts) = store::count_resume(w.conn(), &id, &boot)? {
+                    if let Some(attempts) = w.store().count_resume(&id, &boot)? {
                         counted.push(Unfinished::Claimed(id, attempts));
                     }
                 }
@@ -96,7 +99,8 @@ impl Journal {
         max: u32,
         boot: String,
     ) -> Result<Vec<Swept>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write_alone(move |w| {
                 let started = SessionEvent::ExecutionStarted { boot };
                 let mut swept = Vec::with_capacity(chunk.len());
@@ -128,15 +132,17 @@ fn sweep_one(
 ) -> Result<Vec<Swept>, StoreError> {
     let (id, attempts, inputs) = match orphan {
         Unfinished::Claimed(id, attempts) => {
-            let claimed =
-                store::claim_state(w.conn(), &id)?.is_some_and(|c| c.time_suspended.is_some());
+            let claimed = w
+                .store()
+                .claim_state(&id)?
+                .is_some_and(|c| c.time_suspended.is_some());
             if !claimed {
                 return Ok(Vec::new());
             }
-            let fence = store::latest_interrupt_seq(w.conn(), &id)?;
-            let claim = store::claim_seq(w.conn(), &id)?;
+            let fence = w.store().latest_interrupt_seq(&id)?;
+            let claim = w.store().claim_seq(&id)?;
             let inputs = match claim {
-                Some(claim) => store::served_inputs(w.conn(), &id, claim, fence)?,
+                Some(claim) => w.store().served_inputs(&id, claim, fence)?,
                 None => Vec::new(),
             };
             let interrupted = matches!((claim, fence), (Some(c), Some(f)) if f > c);
@@ -165,10 +171,10 @@ fn adopt(
     max: u32,
     started: &SessionEvent,
 ) -> Result<Option<Swept>, StoreError> {
-    if !store::owes_turn(w.conn(), id)? {
+    if !w.store().owes_turn(id)? {
         return Ok(None);
     }
-    let Some(attempts) = store::count_adoption(w.conn(), id)? else {
+    let Some(attempts) = w.store().count_adoption(id)? else {
         return Ok(None);
     };
     Ok(Some(resume_or_abort(
@@ -194,7 +200,7 @@ fn resume_or_abort(
     if attempts > max {
         w.append(&id, &SessionEvent::aborted())?;
         // Nothing is owed any more: the turn is over, recorded as aborted.
-        store::clear_wakes(w.conn(), &id)?;
+        w.store().clear_wakes(&id)?;
         return Ok(Swept::Terminalized(id));
     }
     let notice_seq = w.append(&id, &SessionEvent::restart_notice(&id))?.seq;

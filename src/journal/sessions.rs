@@ -1,6 +1,7 @@
 //! Sessions: creating them, reading and listing their rows, and claim counts.
 
-use super::{store, Journal};
+use super::backend::{Nudge, Ownership, Store};
+use super::Journal;
 use crate::error::StoreError;
 use crate::id::SessionId;
 use crate::records::{ListQuery, SessionInfo};
@@ -14,6 +15,15 @@ pub(crate) enum Created {
     Existing(SessionInfo),
     /// The parent the new session names is not stored; nothing was written.
     NoParent(SessionId),
+}
+
+/// What [`Journal::load_session`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Loaded {
+    /// Who owns the session (`Missing` when it is not stored).
+    pub(crate) ownership: Ownership,
+    /// The seq of its latest interrupt request.
+    pub(crate) fence: Option<u64>,
 }
 
 /// How many sessions hold a claim and how old the oldest claim is.
@@ -30,17 +40,18 @@ impl Journal {
     /// of one id yield one row, one `session.created` event, and exactly one [`Created::New`].
     /// The parent is checked only for a new session.
     pub(crate) async fn create_session(&self, info: SessionInfo) -> Result<Created, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
-                if let Some(existing) = store::get_session(w.conn(), &info.id)? {
+                if let Some(existing) = w.store().get_session(&info.id)? {
                     return Ok(Created::Existing(existing));
                 }
                 if let Some(parent) = &info.parent_id {
-                    if !store::session_exists(w.conn(), parent)? {
+                    if !w.store().session_exists(parent)? {
                         return Ok(Created::NoParent(parent.clone()));
                     }
                 }
-                let (stored, event) = store::create_session(w.conn(), &info)?;
+                let (stored, event) = w.store().create_session(&info)?;
                 if let Some(event) = event {
                     w.record(event);
                 }
@@ -52,34 +63,61 @@ impl Journal {
     /// The stored session, if any.
     pub(crate) async fn session(&self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         let key = id.clone();
-        self.persistence
-            .read(move |conn| store::get_session(conn, &key))
+        self.inner
+            .persistence
+            .read(move |conn| conn.get_session(&key))
             .await
     }
 
     /// Whether the session is stored.
     pub(crate) async fn session_exists(&self, id: &SessionId) -> Result<bool, StoreError> {
         let key = id.clone();
-        self.persistence
-            .read(move |conn| store::session_exists(conn, &key))
+        self.inner
+            .persistence
+            .read(move |conn| conn.session_exists(&key))
             .await
     }
 
-    /// Whether the session is stored and the seq of its latest interrupt request: what a
-    /// session actor loads when it starts. A short synchronous read on a pooled connection.
-    pub(crate) fn session_state_blocking(
-        &self,
-        id: &SessionId,
-    ) -> Result<(bool, Option<u64>), StoreError> {
-        self.persistence.read_blocking(|conn| {
-            let exists = store::session_exists(conn, id)?;
-            let fence = if exists {
-                store::latest_interrupt_seq(conn, id)?
-            } else {
-                None
+    /// What a session actor loads when it starts: whether the session is stored, who owns it
+    /// (taking it for this node when no live node does), and the seq of its latest interrupt
+    /// request. A read when one process owns the database; a write (the ownership may change)
+    /// when several nodes share it.
+    pub(crate) async fn load_session(&self, id: SessionId) -> Result<Loaded, StoreError> {
+        let load = move |store: &mut dyn Store| {
+            let ownership = store.acquire(&id)?;
+            let fence = match ownership {
+                Ownership::Missing => None,
+                _ => store.latest_interrupt_seq(&id)?,
             };
-            Ok((exists, fence))
-        })
+            Ok(Loaded { ownership, fence })
+        };
+        if self.inner.shared {
+            self.inner.persistence.write(move |w| load(w.store())).await
+        } else {
+            self.inner.persistence.read(load).await
+        }
+    }
+
+    /// Carries `nudge` to the owner of `session`, for an actor that found another live node
+    /// owning it: in one transaction, takes the session for this node if no live node owns it
+    /// any more (then returns the new epoch: carry the nudge out here), or has the owner
+    /// notified at COMMIT (`None`). `None` as well when the session is not stored.
+    pub(crate) async fn forward(
+        &self,
+        session: SessionId,
+        nudge: Nudge,
+    ) -> Result<Option<u64>, StoreError> {
+        self.inner
+            .persistence
+            .write(move |w| match w.store().acquire(&session)? {
+                Ownership::Owned { epoch } => Ok(Some(epoch)),
+                Ownership::Elsewhere { .. } => {
+                    w.store().route(&session, nudge)?;
+                    Ok(None)
+                }
+                Ownership::Missing => Ok(None),
+            })
+            .await
     }
 
     /// Sessions matching `query`, keyset-paged.
@@ -87,16 +125,18 @@ impl Journal {
         &self,
         query: ListQuery,
     ) -> Result<Vec<SessionInfo>, StoreError> {
-        self.persistence
-            .read(move |conn| store::list_sessions(conn, &query))
+        self.inner
+            .persistence
+            .read(move |conn| conn.list_sessions(&query))
             .await
     }
 
     /// How many sessions hold a claim, and the age of the oldest claim at `now`.
     pub(crate) async fn claim_stats(&self, now: i64) -> Result<ClaimStats, StoreError> {
         let (claimed, oldest): (i64, Option<i64>) = self
+            .inner
             .persistence
-            .read(move |conn| store::claim_counts(conn, now))
+            .read(move |conn| conn.claim_counts(now))
             .await?;
         Ok(ClaimStats {
             claimed: u64::try_from(claimed).unwrap_or(0),

@@ -1,6 +1,10 @@
 //! What a turn writes and reads: its claim, promotions, messages and events, its settlement,
 //! and the reads of the log and the transcript.
 //!
+//! Every write of a turn carries the fencing epoch its session actor holds and checks it first,
+//! in the same transaction (`Store::check_fence`): a node another node took the session from
+//! writes nothing more to it.
+//!
 //! A turn is claimed in one place ([`Journal::claim_turn`]: `session.execution.started`, whose
 //! projection takes the claim) and released in one place ([`Journal::settle_turn`]: the
 //! terminal event, whose projection releases the claim unless the turn was interrupted by a
@@ -8,7 +12,8 @@
 
 use serde_json::Value;
 
-use super::{store, Journal};
+use super::backend::Store;
+use super::Journal;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
@@ -29,16 +34,17 @@ pub(crate) enum Transcript<T> {
 /// Runs `read` for a stored session, diagnosing a JSON decode failure to the first undecodable
 /// message of the session.
 fn read_transcript<T>(
-    conn: &rusqlite::Connection,
+    conn: &mut dyn Store,
     session: &SessionId,
-    read: impl FnOnce(&rusqlite::Connection) -> Result<T, StoreError>,
+    read: impl FnOnce(&mut dyn Store) -> Result<T, StoreError>,
 ) -> Result<Transcript<T>, StoreError> {
-    if !store::session_exists(conn, session)? {
+    if !conn.session_exists(session)? {
         return Ok(Transcript::Missing);
     }
     match read(conn) {
         Ok(found) => Ok(Transcript::Found(found)),
-        Err(StoreError::Json(e)) => store::undecodable_message(conn, session)?
+        Err(StoreError::Json(e)) => conn
+            .undecodable_message(session)?
             .map(Transcript::Undecodable)
             .ok_or(StoreError::Json(e)),
         Err(other) => Err(other),
@@ -52,9 +58,12 @@ impl Journal {
         &self,
         session: SessionId,
         boot: String,
+        epoch: u64,
     ) -> Result<(), StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
                 crate::crash::point(crate::crash::DURING_CLAIM);
                 Ok(())
@@ -66,17 +75,20 @@ impl Journal {
     /// shutdown, which keeps it for the next boot. (A turn whose claim never committed is not
     /// settled here: it never started, and its session actor records nothing.) For any other ending, decided while the claim
     /// is still held: returns the admission seq of the next queued prompt the session must run
-    /// in a turn of its own (see `store::settle`).
+    /// in a turn of its own (see `Store::settle`).
     pub(crate) async fn settle_turn(
         &self,
         session: SessionId,
         terminal: Terminal,
+        epoch: u64,
     ) -> Result<Option<u64>, StoreError> {
         let event = SessionEvent::terminal(&terminal);
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 let next = if event.releases_claim() {
-                    store::settle(w.conn(), &session)?
+                    w.store().settle(&session)?
                 } else {
                     None
                 };
@@ -93,10 +105,13 @@ impl Journal {
         &self,
         session: SessionId,
         cutoff: Option<u64>,
+        epoch: u64,
     ) -> Result<Vec<Admission>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
-                let promoted = store::promote_steer(w.conn(), &session, cutoff, store::now_ms())?;
+                w.store().check_fence(&session, epoch)?;
+                let promoted = w.store().promote_steer(&session, cutoff, super::now_ms())?;
                 if !promoted.is_empty() {
                     crate::crash::point(crate::crash::DURING_PROMOTION);
                 }
@@ -115,10 +130,13 @@ impl Journal {
     pub(crate) async fn promote_queue(
         &self,
         session: SessionId,
+        epoch: u64,
     ) -> Result<Option<Admission>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
-                let promoted = store::promote_queue(w.conn(), &session, store::now_ms())?;
+                w.store().check_fence(&session, epoch)?;
+                let promoted = w.store().promote_queue(&session, super::now_ms())?;
                 if promoted.is_some() {
                     crate::crash::point(crate::crash::DURING_PROMOTION);
                 }
@@ -137,13 +155,17 @@ impl Journal {
         session: SessionId,
         kind: String,
         data: Value,
+        epoch: u64,
     ) -> Result<MessageId, StoreError> {
         let message = MessageId::generate();
         let id = message.clone();
-        self.persistence
+        self.inner
+            .persistence
             .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
                 let event =
-                    store::append_message(w.conn(), &session, &id, &kind, &data, store::now_ms())?;
+                    w.store()
+                        .append_message(&session, &id, &kind, &data, super::now_ms())?;
                 w.record(event);
                 Ok(())
             })
@@ -157,16 +179,22 @@ impl Journal {
         session: SessionId,
         name: String,
         data: Value,
+        epoch: u64,
     ) -> Result<EventRecord, StoreError> {
-        self.persistence
-            .write(move |w| w.publish(&session, &name, &data))
+        self.inner
+            .persistence
+            .write(move |w| {
+                w.store().check_fence(&session, epoch)?;
+                w.publish(&session, &name, &data)
+            })
             .await
     }
 
     /// The session's pending inputs, in admission order.
     pub(crate) async fn pending(&self, session: SessionId) -> Result<Vec<Admission>, StoreError> {
-        self.persistence
-            .read(move |conn| store::pending_inputs(conn, &session))
+        self.inner
+            .persistence
+            .read(move |conn| conn.pending_inputs(&session))
             .await
     }
 
@@ -177,15 +205,17 @@ impl Journal {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<EventRecord>, StoreError> {
-        self.persistence
-            .read(move |conn| store::events_after(conn, &session, after, limit))
+        self.inner
+            .persistence
+            .read(move |conn| conn.events_after(&session, after, limit))
             .await
     }
 
     /// The whole transcript of `session` in seq order (empty for an unknown session).
     pub(crate) async fn context(&self, session: SessionId) -> Result<Vec<Message>, StoreError> {
-        self.persistence
-            .read(move |conn| store::context(conn, &session))
+        self.inner
+            .persistence
+            .read(move |conn| conn.context(&session))
             .await
     }
 
@@ -194,10 +224,9 @@ impl Journal {
         &self,
         session: SessionId,
     ) -> Result<Transcript<Vec<Message>>, StoreError> {
-        self.persistence
-            .read(move |conn| {
-                read_transcript(conn, &session, |conn| store::context(conn, &session))
-            })
+        self.inner
+            .persistence
+            .read(move |conn| read_transcript(conn, &session, |conn| conn.context(&session)))
             .await
     }
 
@@ -206,11 +235,10 @@ impl Journal {
         &self,
         query: MessagesQuery,
     ) -> Result<Transcript<Vec<Message>>, StoreError> {
-        self.persistence
+        self.inner
+            .persistence
             .read(move |conn| {
-                read_transcript(conn, &query.session_id, |conn| {
-                    store::messages(conn, &query)
-                })
+                read_transcript(conn, &query.session_id, |conn| conn.messages(&query))
             })
             .await
     }
@@ -222,14 +250,13 @@ impl Journal {
         session: SessionId,
         message: MessageId,
     ) -> Result<Transcript<Option<Message>>, StoreError> {
-        self.persistence
-            .read(
-                move |conn| match store::get_message(conn, &session, &message) {
-                    Ok(found) => Ok(Transcript::Found(found)),
-                    Err(StoreError::Json(_)) => Ok(Transcript::Undecodable(message)),
-                    Err(other) => Err(other),
-                },
-            )
+        self.inner
+            .persistence
+            .read(move |conn| match conn.get_message(&session, &message) {
+                Ok(found) => Ok(Transcript::Found(found)),
+                Err(StoreError::Json(_)) => Ok(Transcript::Undecodable(message)),
+                Err(other) => Err(other),
+            })
             .await
     }
 }

@@ -10,14 +10,13 @@ use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
 use crate::id::SessionId;
+use crate::journal::Route;
 use crate::outcome::Terminal;
 
 impl Sessions {
     /// The execution handle of the same runtime.
     pub fn execution(&self) -> Execution {
-        Execution {
-            core: self.core.clone(),
-        }
+        self.execution.clone()
     }
 
     /// The sessions with a turn in this process, including ones starting or settling
@@ -50,14 +49,20 @@ impl Sessions {
     /// [`Error::ShuttingDown`] when the runtime was already shutting down (then nothing was
     /// stored).
     pub async fn interrupt(&self, session_id: &SessionId) -> Result<bool> {
-        if self.core.registry.is_closed() {
+        if self.execution.is_closed() {
             return Err(Error::ShuttingDown);
         }
         let this = self.clone();
         let id = session_id.clone();
         actix_rt::spawn(async move {
-            let request = this.core.journal.request_interrupt(id.clone()).await?;
+            let request = this.journal.request_interrupt(id.clone()).await?;
             crate::crash::point(crate::crash::AFTER_INTERRUPT_REQUEST);
+            if let Some((_, claimed, Route::Remote { .. })) = request {
+                // Another node owns the session: the store notified it, and it interrupts the
+                // turn. The request is durable either way.
+                return Ok(claimed);
+            }
+            let request = request.map(|(seq, claimed, _)| (seq, claimed));
             match (
                 this.execution().interrupt(&id, request.map(|r| r.0)).await,
                 request,
@@ -111,11 +116,7 @@ impl Sessions {
     /// [`Error::Store`] when the write fails.
     pub async fn switch_model(&self, session_id: &SessionId, model: Value) -> Result<EventRecord> {
         validate::model(&model)?;
-        let event = self
-            .core
-            .journal
-            .switch_model(session_id.clone(), model)
-            .await?;
+        let event = self.journal.switch_model(session_id.clone(), model).await?;
         event.ok_or_else(|| Error::NotFound {
             session_id: session_id.clone(),
         })

@@ -20,7 +20,6 @@ use futures::Stream;
 
 use super::fanout::{Delivery, Subscription};
 use super::Sessions;
-use crate::core::Core;
 use crate::error::Result;
 use crate::event::EventRecord;
 use crate::id::SessionId;
@@ -30,7 +29,8 @@ const REPLAY_PAGE: usize = 256;
 
 /// The follower's state; moved into the in-flight future while a read is pending.
 struct Follow {
-    core: Arc<Core>,
+    /// The service the stream reads through.
+    sessions: Sessions,
     session_id: SessionId,
     /// The seq of the last event yielded (or the `after` the stream started from).
     last: Option<u64>,
@@ -57,7 +57,7 @@ impl Follow {
             if self.replay {
                 // Boxed: a follower waits far longer on the live route than on the store, and
                 // its pending future should not carry the read's state all that time.
-                let page = Box::pin(self.core.journal.events_after(
+                let page = Box::pin(self.sessions.journal.events_after(
                     self.session_id.clone(),
                     self.last,
                     REPLAY_PAGE,
@@ -216,11 +216,11 @@ impl Sessions {
     ) -> Result<SessionEvents> {
         // Subscribe first: everything committed from here on arrives live, everything before is
         // in the store when the first page is read.
-        let subscription = self.core.fanout.subscribe(&self.core, session_id);
+        let subscription = self.fanout.subscribe(self, session_id);
         self.require(session_id).await?;
         Ok(SessionEvents {
             idle: Some(Follow {
-                core: self.core.clone(),
+                sessions: self.clone(),
                 session_id: session_id.clone(),
                 last: after,
                 subscription,
@@ -248,7 +248,6 @@ impl Sessions {
         self.require(session_id).await?;
         let exists = |seq: u64| async move {
             let page = self
-                .core
                 .journal
                 .events_after(session_id.clone(), seq.checked_sub(1), 1)
                 .await?;
@@ -284,7 +283,6 @@ impl Sessions {
         while end > 0 {
             let start = end.saturating_sub(REPLAY_PAGE as u64);
             let page = self
-                .core
                 .journal
                 .events_after(session_id.clone(), start.checked_sub(1), REPLAY_PAGE)
                 .await?;
@@ -307,6 +305,6 @@ impl Sessions {
 
     /// How many event streams ([`Sessions::events`]) are open on this runtime.
     pub fn event_streams(&self) -> usize {
-        self.core.fanout.streams()
+        self.fanout.streams()
     }
 }

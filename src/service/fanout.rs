@@ -20,7 +20,8 @@ use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::core::Core;
+use super::Sessions;
+use crate::config::RuntimeConfig;
 use crate::event::EventRecord;
 use crate::id::SessionId;
 
@@ -119,13 +120,33 @@ impl std::fmt::Debug for Fanout {
     }
 }
 
+/// The fan-out of every runtime of this process, by the identity of its configuration (every
+/// handle of a runtime shares one `Arc<RuntimeConfig>`; the weak reference keeps its address from
+/// being reused while the entry exists).
+static FANOUTS: Mutex<Vec<(Weak<RuntimeConfig>, Arc<Fanout>)>> = Mutex::new(Vec::new());
+
 impl Fanout {
+    /// The fan-out of the runtime `config` belongs to (created with its first handle).
+    pub(crate) fn of(config: &Arc<RuntimeConfig>) -> Arc<Fanout> {
+        let mut all = FANOUTS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(runtime, _)| runtime.strong_count() > 0);
+        if let Some((_, fanout)) = all
+            .iter()
+            .find(|(runtime, _)| std::ptr::eq(runtime.as_ptr(), Arc::as_ptr(config)))
+        {
+            return fanout.clone();
+        }
+        let fanout = Arc::new(Fanout::default());
+        all.push((Arc::downgrade(config), fanout.clone()));
+        fanout
+    }
+
     /// Subscribes to the events of `session` committed from now on. The dispatcher is subscribed
     /// to the bus before the route exists, so every event committed after this call is
     /// delivered (or the stream is told it lagged).
-    pub(crate) fn subscribe(&self, core: &Arc<Core>, session: &SessionId) -> Subscription {
+    pub(crate) fn subscribe(&self, sessions: &Sessions, session: &SessionId) -> Subscription {
         self.dispatcher
-            .get_or_init(|| start(core, self.routes.clone()));
+            .get_or_init(|| start(sessions, self.routes.clone()));
         let route = self.routes.add(session);
         self.routes.streams.fetch_add(1, Ordering::Relaxed);
         Subscription {
@@ -141,20 +162,25 @@ impl Fanout {
     }
 }
 
-/// Starts the dispatcher thread. It holds the core weakly: it ends when the runtime shut down,
-/// the bus closed, or the core is gone.
-fn start(core: &Arc<Core>, routes: Arc<Routes>) {
-    let bus = core.journal.subscribe();
-    let core = Arc::downgrade(core);
+/// Starts the dispatcher thread. It ends when the runtime shut down or the bus closed. When the journal resynchronizes (another node
+/// committed events this one was not told about one by one), every stream re-reads the store.
+fn start(sessions: &Sessions, routes: Arc<Routes>) {
+    let bus = sessions.journal.subscribe();
+    let journal = sessions.journal.clone();
+    let execution = sessions.execution.clone();
     let shared = routes.clone();
     let spawned = std::thread::Builder::new()
         .name("ds-fanout".into())
         .spawn(move || {
+            let watch = Watch {
+                closed: Box::new(move || execution.is_closed()),
+                resyncs: Box::new(move || journal.resyncs()),
+            };
             match tokio::runtime::Builder::new_current_thread()
                 .enable_time()
                 .build()
             {
-                Ok(rt) => rt.block_on(dispatch(bus, core, shared.clone())),
+                Ok(rt) => rt.block_on(dispatch(bus, watch, shared.clone())),
                 Err(e) => log::error!("event fan-out: cannot start its runtime: {e}"),
             }
             shared.cut_all(true);
@@ -166,11 +192,18 @@ fn start(core: &Arc<Core>, routes: Arc<Routes>) {
     }
 }
 
+/// What the dispatcher checks while the bus is quiet.
+struct Watch {
+    closed: Box<dyn Fn() -> bool + Send>,
+    resyncs: Box<dyn Fn() -> u64 + Send>,
+}
+
 async fn dispatch(
     mut bus: broadcast::Receiver<Arc<EventRecord>>,
-    core: Weak<Core>,
+    watch: Watch,
     routes: Arc<Routes>,
 ) {
+    let mut resyncs = (watch.resyncs)();
     loop {
         match tokio::time::timeout(CLOSED_POLL, bus.recv()).await {
             Ok(Ok(event)) => routes.route(&event),
@@ -180,9 +213,13 @@ async fn dispatch(
             }
             Ok(Err(RecvError::Closed)) => return,
             Err(_quiet) => {
-                let closed = core.upgrade().is_none_or(|core| core.registry.is_closed());
-                if closed {
+                if (watch.closed)() {
                     return;
+                }
+                let now = (watch.resyncs)();
+                if now != resyncs {
+                    resyncs = now;
+                    routes.cut_all(false);
                 }
             }
         }

@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::{validate, Sessions};
 use crate::error::{Error, Result};
 use crate::id::{MessageId, SessionId};
-use crate::journal::Admitted;
+use crate::journal::{Admitted, Route};
 use crate::records::{Admission, Delivery, Reprojection};
 
 /// What [`Sessions::prompt`] takes.
@@ -102,7 +102,7 @@ impl Sessions {
     /// stored record belongs to) or is already in a transcript; [`Error::Store`] when the write
     /// fails. Nothing is written on any error.
     pub async fn prompt(&self, input: PromptInput) -> Result<Admission> {
-        validate::prompt(&input.prompt, self.core.config.max_prompt_bytes)?;
+        validate::prompt(&input.prompt, self.config.max_prompt_bytes)?;
         let this = self.clone();
         actix_rt::spawn(async move { this.admit_and_wake(input).await })
             .await
@@ -122,7 +122,6 @@ impl Sessions {
         } = input;
         let message_id = id.unwrap_or_else(MessageId::generate);
         let admitted = self
-            .core
             .journal
             .admit_prompt(
                 session_id.clone(),
@@ -132,12 +131,14 @@ impl Sessions {
                 resume,
             )
             .await?;
+        let (admitted, route) = admitted;
         let admission = match admitted {
             Admitted::New(admission) | Admitted::Retried(admission) => admission,
             Admitted::Conflict(owner) => return Err(conflict(owner, &message_id)),
             Admitted::NoSession => return Err(Error::NotFound { session_id }),
         };
-        if resume {
+        // With several nodes, a session another node owns was woken there, by the store.
+        if resume && route == Route::Local {
             crate::crash::point(crate::crash::AFTER_ADMISSION_BEFORE_WAKE);
             let woken = self
                 .execution()
@@ -164,8 +165,7 @@ impl Sessions {
     /// [`Error::NotFound`] when the session is not stored; [`Error::Store`] when the log cannot
     /// be replayed (then nothing changed).
     pub async fn reproject(&self, session_id: &SessionId) -> Result<Reprojection> {
-        self.core
-            .journal
+        self.journal
             .reproject(session_id.clone())
             .await?
             .ok_or_else(|| Error::NotFound {

@@ -38,7 +38,7 @@ impl Sessions {
     pub async fn messages(&self, query: MessagesQuery) -> Result<Vec<Message>> {
         validate::limit(query.limit)?;
         let session = query.session_id.clone();
-        let read = self.core.journal.messages(query).await?;
+        let read = self.journal.messages(query).await?;
         self.answer(&session, read)
     }
 
@@ -54,7 +54,6 @@ impl Sessions {
         message_id: &MessageId,
     ) -> Result<Option<Message>> {
         let read = self
-            .core
             .journal
             .message(session_id.clone(), message_id.clone())
             .await?;
@@ -75,7 +74,7 @@ impl Sessions {
     /// stored message cannot be decoded (naming the first such message); [`Error::Store`] when
     /// the read fails.
     pub async fn context(&self, session_id: &SessionId) -> Result<Vec<Message>> {
-        let read = self.core.journal.transcript(session_id.clone()).await?;
+        let read = self.journal.transcript(session_id.clone()).await?;
         self.answer(session_id, read)
     }
 }

@@ -57,3 +57,9 @@ pub(crate) struct Close;
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct Passivate;
+
+/// This node lost its lease (several nodes sharing a database): stop at once, recording
+/// nothing; the node that takes the session over resumes its turn.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Fence;

@@ -5,27 +5,34 @@ use std::time::Duration;
 use futures::future::join_all;
 use rusqlite::Connection;
 
-use super::Persistence;
+use super::{Persistence, WriteCtx};
 use crate::error::StoreError;
-use crate::journal::store::{self, StoreConfig};
+use crate::journal::sqlite::backend::{SqliteReaders, SqliteWriter};
+use crate::journal::sqlite::{self, StoreConfig};
 
 fn start(dir: &tempfile::TempDir) -> (Persistence, std::path::PathBuf) {
     let path = dir.path().join("p.db");
     let cfg = StoreConfig::new(&path);
-    let pool = store::open(&cfg).expect("open pool");
-    let writer = store::open_connection(&cfg).expect("open writer");
-    let persistence = Persistence::start(pool, writer, true, 1024).expect("start");
-    persistence
-        .write_blocking_for_tests("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+    let pool = sqlite::open(&cfg).expect("open pool");
+    let writer = sqlite::open_connection(&cfg).expect("open writer");
+    pool.get()
+        .expect("a pooled connection")
+        .execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)")
         .expect("create table");
+    let persistence = Persistence::start(
+        std::sync::Arc::new(SqliteReaders(pool.clone())),
+        Box::new(SqliteWriter::new(writer, pool)),
+        true,
+        1024,
+    )
+    .expect("start");
     (persistence, path)
 }
 
-impl Persistence {
-    fn write_blocking_for_tests(&self, sql: &str) -> Result<(), StoreError> {
-        let conn = self.pool.get()?;
-        conn.execute_batch(sql)?;
-        Ok(())
+impl WriteCtx<'_> {
+    /// The SQLite connection under the request, to write raw rows of the test table.
+    fn conn(&mut self) -> &Connection {
+        self.store.as_sqlite().expect("the SQLite backend")
     }
 }
 

@@ -5,25 +5,17 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
 use futures::channel::oneshot;
-use rusqlite::{Connection, TransactionBehavior};
 use tokio::sync::broadcast;
 
 use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
-use crate::journal::store::pool::Pool;
-
-/// The per-request savepoint's statements (prepared once per connection, then cached).
-const SAVEPOINT: &str = "SAVEPOINT request";
-const RELEASE: &str = "RELEASE request";
-const ROLLBACK_TO: &str = "ROLLBACK TO request";
+use crate::journal::backend::WriterConnection;
 
 /// The writer thread's state.
 pub(super) struct WriterActor {
     /// The one connection every write goes through.
-    pub(super) conn: Connection,
-    /// The readers' pool (only to release its connections' unused memory).
-    pub(super) pool: Pool,
+    pub(super) conn: Box<dyn WriterConnection>,
     /// The mailbox: write requests, memory release, stop.
     pub(super) inbox: mpsc::Receiver<Msg>,
     /// Where committed events are published.
@@ -56,7 +48,7 @@ impl WriterActor {
                 }
                 Msg::Job(job) => batch.push(job),
                 Msg::ReleaseMemory(done) => {
-                    self.release_memory();
+                    self.conn.release_memory();
                     let _ = done.send(());
                     continue;
                 }
@@ -71,7 +63,7 @@ impl WriterActor {
                     Ok(Msg::Job(job)) => batch.push(job),
                     Ok(Msg::ReleaseMemory(done)) => {
                         // Shrinking between two batches changes nothing they store.
-                        self.release_memory();
+                        self.conn.release_memory();
                         let _ = done.send(());
                     }
                     Ok(Msg::Stop(tx)) => stop = Some(tx),
@@ -114,7 +106,10 @@ impl WriterActor {
         let size = batch.len() as u64;
         self.count_transaction(size);
         let mut events = Vec::new();
-        let outcome = Self::transact(&mut self.conn, &mut batch, &mut events, &self.counters);
+        let outcome = Self::transact(&mut *self.conn, &mut batch, &mut events, &self.counters);
+        if outcome.is_err() {
+            self.conn.rollback();
+        }
         match outcome {
             Ok(()) => {
                 for job in batch {
@@ -127,23 +122,6 @@ impl WriterActor {
                 for job in batch {
                     job.complete(Err(&e));
                 }
-            }
-        }
-    }
-
-    /// `PRAGMA shrink_memory` on the writer connection (outside any transaction) and on every
-    /// idle pooled connection, here rather than on a blocking thread: a thread started for it
-    /// would bring its own stack and malloc arena.
-    fn release_memory(&mut self) {
-        if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
-            log::warn!("persistence: cannot shrink the writer's memory: {e}");
-        }
-        // Hold every idle connection at once, so each is shrunk exactly once.
-        let idle = self.pool.state().idle_connections;
-        let conns: Vec<_> = (0..idle).map_while(|_| self.pool.try_get()).collect();
-        for conn in &conns {
-            if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
-                log::warn!("persistence: cannot shrink a pooled connection's memory: {e}");
             }
         }
     }
@@ -168,22 +146,25 @@ impl WriterActor {
     fn commit_alone(&mut self, mut job: Box<dyn Job>) {
         self.count_transaction(1);
         let mut events = Vec::new();
+        let conn = &mut *self.conn;
         let outcome = (|| {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            conn.begin()?;
             let mut ctx = WriteCtx {
-                conn: &tx,
+                store: conn.store(),
                 events: Vec::new(),
             };
             if !job.run(&mut ctx) {
-                // Dropping `tx` rolls the transaction back; the job replies with its own error.
+                // The job replies with its own error.
+                conn.rollback();
                 return Ok(false);
             }
             events = ctx.events;
-            tx.commit()?;
+            conn.commit()?;
             Ok::<_, StoreError>(true)
         })();
+        if outcome.is_err() {
+            self.conn.rollback();
+        }
         match outcome {
             Ok(true) => {
                 job.complete(Ok(()));
@@ -203,44 +184,41 @@ impl WriterActor {
     }
 
     fn transact(
-        conn: &mut Connection,
+        conn: &mut dyn WriterConnection,
         batch: &mut [Box<dyn Job>],
         events: &mut Vec<EventRecord>,
         counters: &Counters,
     ) -> Result<(), StoreError> {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        conn.begin()?;
         for job in batch.iter_mut() {
-            // The savepoint statements are prepared once and cached on the connection
-            // (`Transaction::savepoint` would parse its SQL on every call).
-            tx.prepare_cached(SAVEPOINT)?.execute([])?;
+            conn.savepoint()?;
             let mut ctx = WriteCtx {
-                conn: &tx,
+                store: conn.store(),
                 events: Vec::new(),
             };
             let ok = job.run(&mut ctx);
-            if tx.is_autocommit() {
-                // SQLite rolled the whole transaction back (it may on SQLITE_FULL, IOERR, BUSY
-                // or NOMEM): the writes of the requests before this one are gone, and a later
-                // SAVEPOINT would open, and its RELEASE commit, a transaction of its own. The
-                // batch fails as a whole, with this request's error.
+            let published = std::mem::take(&mut ctx.events);
+            if !conn.in_transaction() {
+                // The engine rolled the whole transaction back (SQLite may on SQLITE_FULL,
+                // IOERR, BUSY or NOMEM): the writes of the requests before this one are gone,
+                // and a later SAVEPOINT would open, and its RELEASE commit, a transaction of its
+                // own. The batch fails as a whole, with this request's error.
                 counters.failed_requests.fetch_add(1, Ordering::Relaxed);
                 return Err(job.failure().unwrap_or_else(|| {
-                    StoreError::Inconsistent("sqlite rolled back the write transaction".into())
+                    StoreError::Inconsistent("the engine rolled back the write transaction".into())
                 }));
             }
             if ok {
-                let published = std::mem::take(&mut ctx.events);
-                tx.prepare_cached(RELEASE)?.execute([])?;
+                conn.release()?;
                 events.extend(published);
             } else {
                 counters.failed_requests.fetch_add(1, Ordering::Relaxed);
                 // Roll back this request alone, then pop its savepoint. Should that fail, the
                 // batch fails rather than commit part of the failed request.
-                tx.prepare_cached(ROLLBACK_TO)?.execute([])?;
-                tx.prepare_cached(RELEASE)?.execute([])?;
+                conn.rollback_to()?;
+                conn.release()?;
             }
         }
-        tx.commit()?;
-        Ok(())
+        conn.commit()
     }
 }

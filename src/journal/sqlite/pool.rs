@@ -9,7 +9,7 @@ use rusqlite::Connection;
 
 pub(crate) use crate::config::Synchronous;
 use crate::error::StoreError;
-use crate::journal::store::schema;
+use crate::journal::sqlite::schema;
 
 /// A pool of SQLite connections that all carry the store's PRAGMAs.
 pub(crate) type Pool = r2d2::Pool<SqliteConnectionManager>;
@@ -110,7 +110,7 @@ pub(crate) fn open(cfg: &StoreConfig) -> Result<Pool, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::store::test_support::tempdir;
+    use crate::journal::sqlite::test_support::tempdir;
 
     fn pragma<T: rusqlite::types::FromSql>(conn: &Connection, name: &str) -> rusqlite::Result<T> {
         conn.pragma_query_value(None, name, |row| row.get(0))

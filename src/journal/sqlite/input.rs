@@ -273,9 +273,9 @@ mod tests {
 
     use super::*;
     use crate::event::kind;
-    use crate::journal::store::publish;
-    use crate::journal::store::test_support::{create, mid, sid, test_db};
-    use crate::journal::store::{append_message, events_after, get_message, latest_seq};
+    use crate::journal::sqlite::publish;
+    use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
+    use crate::journal::sqlite::{append_message, events_after, get_message, latest_seq};
 
     fn ids(inputs: &[Admission]) -> Vec<&str> {
         inputs.iter().map(|a| a.id.as_str()).collect()

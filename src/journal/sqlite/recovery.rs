@@ -170,8 +170,8 @@ mod tests {
 
     use super::*;
     use crate::event::kind;
-    use crate::journal::store::test_support::{create, mid, sid, test_db};
-    use crate::journal::store::{admit, promote_queue, promote_steer, publish};
+    use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
+    use crate::journal::sqlite::{admit, promote_queue, promote_steer, publish};
     use crate::records::Delivery;
 
     fn started(conn: &Connection, s: &SessionId) -> Result<u64, StoreError> {

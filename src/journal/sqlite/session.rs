@@ -219,8 +219,8 @@ mod tests {
 
     use super::*;
     use crate::event::kind;
-    use crate::journal::store::test_support::{create, info, sid, test_db};
-    use crate::journal::store::{events_after, latest_seq};
+    use crate::journal::sqlite::test_support::{create, info, sid, test_db};
+    use crate::journal::sqlite::{events_after, latest_seq};
     use crate::records::Anchor;
 
     #[test]

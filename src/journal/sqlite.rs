@@ -8,11 +8,10 @@
 //!
 //! This module does not depend on actix.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
 
+pub(crate) mod backend;
 mod claim;
 mod event;
 mod input;
@@ -44,13 +43,6 @@ pub(crate) use recovery::{
 };
 #[allow(unused_imports)]
 pub(crate) use session::{create_session, get_session, list_sessions, session_exists};
-
-/// The current time in milliseconds since the Unix epoch (0 if the clock is before it).
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
 
 /// Encodes a JSON payload for a TEXT column.
 fn json_text(value: &serde_json::Value) -> Result<String, StoreError> {
@@ -193,7 +185,7 @@ mod tests {
 
     #[test]
     fn now_ms_is_after_2020() {
-        assert!(now_ms() > 1_577_836_800_000);
+        assert!(crate::journal::now_ms() > 1_577_836_800_000);
     }
 
     #[test]

@@ -234,8 +234,8 @@ mod tests {
 
     use super::*;
     use crate::event::kind;
-    use crate::journal::store::test_support::{create, mid, sid, test_db};
-    use crate::journal::store::{admit, latest_seq};
+    use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
+    use crate::journal::sqlite::{admit, latest_seq};
     use crate::records::{Cursor, Delivery};
 
     fn ids(page: &[Message]) -> Vec<&str> {

@@ -169,8 +169,8 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::store::pool::{self, StoreConfig};
-    use crate::journal::store::test_support::tempdir;
+    use crate::journal::sqlite::pool::{self, StoreConfig};
+    use crate::journal::sqlite::test_support::tempdir;
 
     const TABLES: &[&str] = &[
         "session",

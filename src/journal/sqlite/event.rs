@@ -220,9 +220,9 @@ mod tests {
 
     use super::*;
     use crate::event::kind;
-    use crate::journal::store::pool::open_connection;
-    use crate::journal::store::test_support::{create, mid, sid, test_db};
-    use crate::journal::store::{
+    use crate::journal::sqlite::pool::open_connection;
+    use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
+    use crate::journal::sqlite::{
         admit, append_message, claim_state, get_input, messages, pending_inputs, promote_steer,
     };
     use crate::records::Delivery;

@@ -126,8 +126,8 @@ pub(crate) fn claim_state(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::journal::store::get_session;
-    use crate::journal::store::test_support::{create, sid, test_db};
+    use crate::journal::sqlite::get_session;
+    use crate::journal::sqlite::test_support::{create, sid, test_db};
 
     #[test]
     fn second_claim_keeps_first_time_and_time_updated() -> Result<(), StoreError> {

@@ -1,0 +1,134 @@
+//! A node's part in sharing its database with other nodes (PostgreSQL): it carries out what the
+//! database signals — a wake or an interrupt another node received for a session this node
+//! owns, events other nodes committed (for live followers here), a rescan, a lost lease — and
+//! every half lease takes over the sessions of dead nodes, with the restart sweep's rules
+//! (budget, notice, interrupt fence, `aborted`).
+//!
+//! Nothing here talks to another node: every signal comes from a row and a `NOTIFY` another
+//! node committed, and a lost notification only delays work (the periodic takeover and the
+//! rescans find the rows).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::channel::oneshot;
+
+use crate::id::SessionId;
+use crate::journal::{Nudge, Signal};
+use crate::outcome::InterruptReason;
+use crate::recovery;
+use crate::registry::Registry;
+use crate::session::messages::{Interrupt, Wake};
+use crate::session::Environment;
+
+/// Starts the node's loop when the journal is shared (otherwise nothing).
+pub(crate) fn start(
+    registry: Arc<Registry>,
+    env: Arc<Environment>,
+    max_resume_attempts: u32,
+    lease: Duration,
+) {
+    let Some(mut signals) = env.journal.take_signals() else {
+        return;
+    };
+    let tick = (lease / 2).max(Duration::from_millis(100));
+    actix_rt::spawn(async move {
+        let node = Node {
+            registry,
+            env,
+            max_resume_attempts,
+        };
+        let mut next = tokio::time::Instant::now() + tick;
+        loop {
+            if node.registry.is_closed() {
+                break;
+            }
+            match tokio::time::timeout_at(next, signals.recv()).await {
+                Ok(Some(signal)) => node.handle(signal).await,
+                Ok(None) => break,
+                Err(_) => {
+                    node.take_over().await;
+                    next = tokio::time::Instant::now() + tick;
+                }
+            }
+        }
+    });
+}
+
+/// What the loop works with.
+struct Node {
+    registry: Arc<Registry>,
+    env: Arc<Environment>,
+    max_resume_attempts: u32,
+}
+
+impl Node {
+    async fn handle(&self, signal: Signal) {
+        match signal {
+            Signal::Nudge { session, nudge } => self.nudge(session, nudge).await,
+            Signal::Events(batches) => self.env.journal.relay(batches).await,
+            Signal::ManyEvents => self.env.journal.resync(),
+            Signal::Rescan => self.take_over().await,
+            Signal::LeaseLost => {
+                log::error!(
+                    "node {}: lease lost; cancelling every local turn (other nodes take them over)",
+                    self.env.boot
+                );
+                self.registry.fence_all();
+            }
+        }
+    }
+
+    /// Carries out, here, what another node received for a session this node owns.
+    async fn nudge(&self, session: SessionId, nudge: Nudge) {
+        let delivered = match nudge {
+            Nudge::Wake(seq) => {
+                self.registry
+                    .deliver(&self.env, &session, || (Wake { seq: Some(seq) }, ()))
+                    .await
+            }
+            Nudge::Interrupt(seq) => {
+                self.registry
+                    .deliver(&self.env, &session, || {
+                        let (reply, _answer) = oneshot::channel();
+                        let reason = InterruptReason::User;
+                        (
+                            Interrupt {
+                                seq: Some(seq),
+                                reason,
+                                reply,
+                            },
+                            (),
+                        )
+                    })
+                    .await
+            }
+        };
+        if let Err(e) = delivered {
+            log::warn!("session {session}: cannot carry out {nudge:?}: {e}");
+        }
+    }
+
+    /// The restart sweep over what dead nodes left: their claimed turns and owed prompts.
+    async fn take_over(&self) {
+        let swept = recovery::resume_suspended_sessions(
+            &self.registry,
+            &self.env,
+            self.max_resume_attempts,
+        )
+        .await;
+        match swept {
+            Ok(report) if !report.resumed.is_empty() || !report.terminalized.is_empty() => {
+                log::info!(
+                    "node {}: took over {} turns ({} aborted, {} interrupted)",
+                    self.env.boot,
+                    report.resumed.len(),
+                    report.terminalized.len(),
+                    report.interrupted.len()
+                );
+            }
+            Ok(_) => {}
+            Err(e) => log::warn!("node {}: takeover sweep failed: {e}", self.env.boot),
+        }
+    }
+}

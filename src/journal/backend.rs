@@ -1,0 +1,311 @@
+//! The seam between the journal and a database engine.
+//!
+//! The journal's operations (admit a prompt, claim a turn, sweep…) are written once, over the
+//! three traits here; a backend implements them for its engine:
+//! - [`Store`]: the statements, named for what they read or write (`session_exists`,
+//!   `admit`, `settle`, `append`…), run on a connection inside whatever transaction the caller
+//!   opened. Appending an event assigns its per-session seq and runs its projection into the
+//!   tables, in the same transaction.
+//! - [`WriterConnection`]: the one connection the writer thread group-commits on: begin,
+//!   savepoints, commit, rollback.
+//! - [`Readers`]: the pool that reads run on, off the writer.
+//!
+//! Several nodes may share one database (PostgreSQL): then a session is owned by at most one
+//! node at a time, recorded with a fencing epoch that grows with every change of owner. The
+//! ownership methods of [`Store`] say who owns a session and check a turn's epoch; on a
+//! single-node engine (SQLite, whose file one process owns) the runtime owns every session, at
+//! epoch 0, and the checks always pass.
+//!
+//! No signature mentions a driver type: the SQLite backend (`sqlite`) implements them over
+//! rusqlite; another engine implements them over its own driver and the layers above do not
+//! change.
+
+use serde_json::Value;
+
+use crate::error::StoreError;
+use crate::event::{EventRecord, SessionEvent};
+use crate::id::{MessageId, SessionId};
+use crate::records::{
+    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
+};
+
+/// Who owns a session, as [`Store::acquire`] found (and maybe changed) it.
+#[allow(dead_code)] // the multi-node variants are built by the PostgreSQL backend
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// This node owns it, with this fencing epoch (taken now, or held already).
+    Owned {
+        /// The fencing epoch: every turn write of this node carries it.
+        epoch: u64,
+    },
+    /// Another node, whose lease is live, owns it.
+    Elsewhere {
+        /// That node's id.
+        node: String,
+    },
+    /// The session is not stored.
+    Missing,
+}
+
+/// Where the wake of an admission or the interrupt of a request must be carried out.
+#[allow(dead_code)] // the multi-node variants are built by the PostgreSQL backend
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// On this node (it owns the session, or nobody live does and this node will take it).
+    Local,
+    /// On the live node that owns the session, which this transaction notified (delivered at
+    /// COMMIT).
+    Remote {
+        /// That node's id.
+        node: String,
+    },
+}
+
+/// What a request asks the owner of a session to do, when another node received it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Nudge {
+    /// Wake the session for the prompt admitted at this seq.
+    Wake(u64),
+    /// Interrupt the session's running turn: a user interrupt request committed at this seq.
+    Interrupt(u64),
+}
+
+/// What the database tells a node that shares it with other nodes (PostgreSQL `NOTIFY`,
+/// delivered at the notifying transaction's COMMIT, and the node's own lease keeping).
+#[allow(dead_code)] // the multi-node variants are built by the PostgreSQL backend
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Signal {
+    /// Another node admitted a prompt or committed an interrupt request for a session this
+    /// node owns: carry it out here.
+    Nudge {
+        /// The session.
+        session: SessionId,
+        /// What to do.
+        nudge: Nudge,
+    },
+    /// Other nodes committed events of these sessions, with these seqs (`from..=to`); read
+    /// them from the store.
+    Events(Vec<(SessionId, u64, u64)>),
+    /// Other nodes committed events of more sessions than one notification names: every live
+    /// follower re-reads its session from the store.
+    ManyEvents,
+    /// Notifications may have been missed (the listener reconnected), or another node left or
+    /// lapsed: scan the store for work this node owes (unserved intents of owned sessions,
+    /// sessions of dead nodes to take over).
+    Rescan,
+    /// This node's lease lapsed (or the database was unreachable for longer than the lease):
+    /// it no longer owns anything and must cancel its drains and forget its sessions.
+    LeaseLost,
+}
+
+/// The statements of the store, on one connection, inside the caller's transaction.
+///
+/// A method never opens or ends a transaction: the writer decides the boundary (a savepoint per
+/// request, a transaction per batch), so a request is atomic whatever it calls.
+pub(crate) trait Store {
+    // --- sessions -------------------------------------------------------------------------
+
+    /// The stored session, if any.
+    fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError>;
+    /// Whether the session is stored.
+    fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError>;
+    /// Inserts the session with its `session.created` event; an id stored already returns the
+    /// stored row and no event.
+    fn create_session(
+        &mut self,
+        info: &SessionInfo,
+    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError>;
+    /// Sessions matching `query`, keyset-paged.
+    fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError>;
+
+    // --- the event log --------------------------------------------------------------------
+
+    /// Appends a runtime event (next seq of its session), runs its projection, returns it.
+    fn append(
+        &mut self,
+        session: &SessionId,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<EventRecord, StoreError>;
+    /// Appends an event given by wire name and payload (a runner-defined event, or a built-in
+    /// one by name: its projection runs), returns it.
+    fn publish(
+        &mut self,
+        session: &SessionId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError>;
+    /// Runs the projection of a stored event again (the rebuild of the inbox and transcript).
+    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError>;
+    /// Up to `limit` events of `session` with seq greater than `after` (all when `None`).
+    fn events_after(
+        &mut self,
+        session: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError>;
+    /// The seq of the session's latest `session.interrupt.requested`, if any.
+    fn latest_interrupt_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+
+    // --- the inbox ------------------------------------------------------------------------
+
+    /// The stored admission of input `id`, pending or promoted.
+    fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError>;
+    /// Admits a prompt: `session.prompt.admitted` and its inbox row (the event is `None` when
+    /// the id was admitted already).
+    fn admit(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        prompt: &Value,
+        delivery: Delivery,
+        now: i64,
+    ) -> Result<(Admission, Option<EventRecord>), StoreError>;
+    /// The session's pending inputs, in admission order.
+    fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError>;
+    /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`).
+    fn promote_steer(
+        &mut self,
+        session: &SessionId,
+        cutoff: Option<u64>,
+        now: i64,
+    ) -> Result<Vec<(Admission, EventRecord)>, StoreError>;
+    /// Promotes the oldest pending `queue` input, if any.
+    fn promote_queue(
+        &mut self,
+        session: &SessionId,
+        now: i64,
+    ) -> Result<Option<(Admission, EventRecord)>, StoreError>;
+    /// Marks a pending input as owed a turn (its wake mark).
+    fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError>;
+    /// Drops the wake marks of every pending input of `session`.
+    fn clear_wakes(&mut self, session: &SessionId) -> Result<(), StoreError>;
+    /// Whether `session` holds a pending input owed a turn.
+    fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError>;
+
+    // --- the transcript -------------------------------------------------------------------
+
+    /// Appends a transcript message with its `session.message.appended` event.
+    fn append_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError>;
+    /// Message `id` if it belongs to `session`.
+    fn get_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<Message>, StoreError>;
+    /// One page of a transcript.
+    fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError>;
+    /// The whole transcript of `session`, in seq order.
+    fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError>;
+    /// The session whose transcript holds message `id`, if any.
+    fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError>;
+    /// The first message of `session` whose stored payload cannot be decoded.
+    fn undecodable_message(&mut self, session: &SessionId)
+        -> Result<Option<MessageId>, StoreError>;
+    /// Deletes the inbox and transcript rows of `session` (before a rebuild from its log).
+    fn delete_projections(&mut self, session: &SessionId) -> Result<(), StoreError>;
+    /// How many inbox and transcript rows `session` has.
+    fn projection_counts(&mut self, session: &SessionId) -> Result<(usize, usize), StoreError>;
+
+    // --- claims and the restart sweep -----------------------------------------------------
+
+    /// The claim bookkeeping of `id`, or `None` when the session is not stored.
+    fn claim_state(&mut self, id: &SessionId) -> Result<Option<ClaimState>, StoreError>;
+    /// The seq of the event that took the session's current claim.
+    fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+    /// How many sessions hold a claim, and `now` minus the oldest claim's time.
+    fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError>;
+    /// Decides, while the claim is held, which queued prompt (if any) is owed the next turn
+    /// after a turn that ends for good; marks it owed and returns its admission seq.
+    fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+    /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot`.
+    fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError>;
+    /// Unclaimed top-level sessions holding a pending input owed a turn.
+    fn adoptable(&mut self) -> Result<Vec<SessionId>, StoreError>;
+    /// Counts one resume attempt of a session claimed by another boot and takes the claim for
+    /// `boot`; `None` when it is no longer claimed by another boot.
+    fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError>;
+    /// Counts one attempt of an unclaimed session owed a turn; `None` when it is claimed.
+    fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError>;
+    /// The inputs the turn claimed at `claim` promoted and had not finished, less those a
+    /// user interrupt request at `fence` stopped.
+    fn served_inputs(
+        &mut self,
+        session: &SessionId,
+        claim: u64,
+        fence: Option<u64>,
+    ) -> Result<Vec<Admission>, StoreError>;
+    /// Marks the `user` messages of `session` promoted after `claim` as interrupted.
+    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError>;
+    /// Releases every claimed child session; returns how many.
+    fn release_child_claims(&mut self) -> Result<usize, StoreError>;
+
+    // --- ownership (several nodes over one database) --------------------------------------
+
+    /// Takes `session` for this node if no live node owns it (a new epoch), or returns the
+    /// epoch this node holds; [`Ownership::Elsewhere`] when a live node owns it. Single-node
+    /// engines: `Owned { epoch: 0 }` for every stored session.
+    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError>;
+    /// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch`; holds the
+    /// session's row until COMMIT, so no change of owner commits between the check and the
+    /// request's writes. Every write of a turn calls it first. Single-node engines: always Ok.
+    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError>;
+    /// Gives up this node's ownership of `sessions` (passivated actors, a graceful shutdown).
+    /// Claims are kept. Single-node engines: nothing.
+    #[allow(dead_code)] // called by the multi-node runtime
+    fn release_ownership(&mut self, sessions: &[SessionId]) -> Result<(), StoreError>;
+    /// Where `nudge` for `session` must be carried out: here, or on the live node that owns
+    /// it, which this call notifies in the current transaction. Single-node engines: `Local`.
+    fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError>;
+
+    /// The SQLite connection under this store, for the writer's unit tests (which write raw
+    /// rows); `None` for another engine.
+    #[cfg(test)]
+    fn as_sqlite(&mut self) -> Option<&rusqlite::Connection> {
+        None
+    }
+}
+
+/// The writer thread's connection: the transaction control the group commit needs.
+pub(crate) trait WriterConnection: Send {
+    /// Opens a write transaction (taking the write lock at once where the engine has one).
+    fn begin(&mut self) -> Result<(), StoreError>;
+    /// Opens the per-request savepoint.
+    fn savepoint(&mut self) -> Result<(), StoreError>;
+    /// Keeps the request's writes (pops its savepoint).
+    fn release(&mut self) -> Result<(), StoreError>;
+    /// Undoes the request's writes (then [`WriterConnection::release`] pops the savepoint).
+    fn rollback_to(&mut self) -> Result<(), StoreError>;
+    /// Commits the transaction.
+    fn commit(&mut self) -> Result<(), StoreError>;
+    /// Rolls the transaction back (nothing when none is open).
+    fn rollback(&mut self);
+    /// Whether a transaction is open: an engine may roll a whole transaction back on its own
+    /// (SQLite does on a full disk or an I/O error), and the batch must then fail as a whole.
+    fn in_transaction(&mut self) -> bool;
+    /// The statements, on this connection.
+    fn store(&mut self) -> &mut dyn Store;
+    /// Gives unused cache memory back (outside a transaction).
+    fn release_memory(&mut self);
+}
+
+/// A read to run on a pooled connection.
+pub(crate) type ReadWork<'a> = &'a mut dyn FnMut(&mut dyn Store) -> Result<(), StoreError>;
+
+/// The pool reads run on, beside the writer.
+pub(crate) trait Readers: Send + Sync {
+    /// Runs `work` on a pooled connection (blocking: call it from a blocking thread).
+    fn read(&self, work: ReadWork<'_>) -> Result<(), StoreError>;
+    /// Gives the unused cache memory of idle connections back.
+    fn release_memory(&self);
+    /// How many reads can run at once (the pool's connections).
+    fn size(&self) -> usize;
+}

@@ -1,0 +1,295 @@
+//! Claims and what recovery reads and writes: claim and release (projections), resume and
+//! adoption counting, the restart sweep's listings, wake marks, interrupt marks, served inputs
+//! and settling (as the SQLite store's).
+//!
+//! Several nodes: the sweep's listings leave out sessions a live node other than this one owns
+//! (that node resumes its own turns), and counting a resume or an adoption takes the session
+//! for this node in the same statement — only when no other live node owns it, with a new
+//! epoch unless this node owns it already — so two surviving nodes never both count, nor both
+//! resume, one turn. Counting skips a session whose row another transaction holds (`SKIP
+//! LOCKED`): that transaction is another node taking it, and the writer does not wait on it.
+
+use super::conn::PgConn;
+use super::input::query_inputs;
+use super::{count_value, seq_param, seq_value, session_id};
+use crate::error::StoreError;
+use crate::id::{MessageId, SessionId};
+use crate::records::{Admission, ClaimState};
+
+/// Claims `id` for a turn started by boot `boot` with the event at `seq`; the first claim's
+/// time, seq and attempt count survive a second claim. Returns whether the row exists.
+pub(crate) fn claim(
+    conn: &mut PgConn,
+    id: &SessionId,
+    now: i64,
+    seq: u64,
+    boot: &str,
+) -> Result<bool, StoreError> {
+    Ok(conn.execute(
+        "UPDATE session SET time_suspended = COALESCE(time_suspended, $2), \
+         claim_seq = CASE WHEN time_suspended IS NULL THEN $4 \
+                          ELSE COALESCE(claim_seq, $4) END, \
+         claim_boot = $3 WHERE id = $1",
+        &[&id.as_str(), &now, &boot, &seq_param(seq)],
+    )? > 0)
+}
+
+/// Releases the claim on `id` and resets its resume attempts. Returns whether the row exists.
+pub(crate) fn release(conn: &mut PgConn, id: &SessionId) -> Result<bool, StoreError> {
+    Ok(conn.execute(
+        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
+         claim_seq = NULL WHERE id = $1",
+        &[&id.as_str()],
+    )? > 0)
+}
+
+/// Reads an optional attempt count returned by a counting statement.
+fn counted(row: Option<postgres::Row>) -> Result<Option<u32>, StoreError> {
+    row.map(|row| count_value(row.try_get(0)?)).transpose()
+}
+
+/// Counts one resume attempt of `id`'s claimed turn for boot `boot`, taking the claim for
+/// `boot` and the session for this node. `None` when the session is gone, unclaimed, claimed by
+/// `boot` already, owned by another live node, or held by another transaction.
+pub(crate) fn count_resume(
+    conn: &mut PgConn,
+    id: &SessionId,
+    boot: &str,
+) -> Result<Option<u32>, StoreError> {
+    let me = conn.node_arc();
+    let row = conn.query_opt(
+        concat!(
+            "UPDATE session AS s SET resume_attempts = s.resume_attempts + 1, claim_boot = $2, ",
+            take_ownership!("$3"),
+            " WHERE s.id = (SELECT id FROM session WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED) \
+               AND s.time_suspended IS NOT NULL \
+               AND (s.claim_boot IS NULL OR s.claim_boot <> $2) AND ",
+            not_held_elsewhere!("$3"),
+            " RETURNING s.resume_attempts"
+        ),
+        &[&id.as_str(), &boot, &&*me],
+    )?;
+    counted(row)
+}
+
+/// Counts one attempt of `id` when it holds no claim (adopting a session owed a turn), taking
+/// it for this node. `None` when it is gone, claimed, owned by another live node, or held by
+/// another transaction.
+pub(crate) fn count_adoption(conn: &mut PgConn, id: &SessionId) -> Result<Option<u32>, StoreError> {
+    let me = conn.node_arc();
+    let row = conn.query_opt(
+        concat!(
+            "UPDATE session AS s SET resume_attempts = s.resume_attempts + 1, ",
+            take_ownership!("$2"),
+            " WHERE s.id = (SELECT id FROM session WHERE id = $1 FOR NO KEY UPDATE SKIP LOCKED) \
+               AND s.time_suspended IS NULL AND ",
+            not_held_elsewhere!("$2"),
+            " RETURNING s.resume_attempts"
+        ),
+        &[&id.as_str(), &&*me],
+    )?;
+    counted(row)
+}
+
+/// Decodes a column of session ids.
+fn ids(rows: Vec<postgres::Row>) -> Result<Vec<SessionId>, StoreError> {
+    rows.iter().map(|row| session_id(row.try_get(0)?)).collect()
+}
+
+/// Claimed top-level sessions no other live node owns, oldest claim first, except those
+/// claimed by `exclude_boot` (a claim without a boot is never excluded).
+pub(crate) fn list_claimed(
+    conn: &mut PgConn,
+    exclude_boot: Option<&str>,
+) -> Result<Vec<SessionId>, StoreError> {
+    let me = conn.node_arc();
+    let rows = conn.query(
+        concat!(
+            "SELECT s.id FROM session s \
+             WHERE s.time_suspended IS NOT NULL AND s.parent_id IS NULL \
+               AND ($1::text IS NULL OR s.claim_boot IS NULL OR s.claim_boot <> $1) AND ",
+            not_held_elsewhere!("$2"),
+            " ORDER BY s.time_suspended, s.id"
+        ),
+        &[&exclude_boot, &&*me],
+    )?;
+    ids(rows)
+}
+
+/// Releases every claimed child session; returns how many.
+pub(crate) fn release_child_claims(conn: &mut PgConn) -> Result<usize, StoreError> {
+    let n = conn.execute(
+        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
+         claim_seq = NULL WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL",
+        &[],
+    )?;
+    Ok(usize::try_from(n).unwrap_or(usize::MAX))
+}
+
+/// How many sessions hold a claim, and `now` minus the oldest claim's time.
+pub(crate) fn claim_counts(conn: &mut PgConn, now: i64) -> Result<(i64, Option<i64>), StoreError> {
+    let row = conn.query_one(
+        "SELECT COUNT(*), $1::bigint - MIN(time_suspended) FROM session \
+         WHERE time_suspended IS NOT NULL",
+        &[&now],
+    )?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+/// The claim bookkeeping of `id`, or `None` when the session is not stored.
+pub(crate) fn claim_state(
+    conn: &mut PgConn,
+    id: &SessionId,
+) -> Result<Option<ClaimState>, StoreError> {
+    let row = conn.query_opt(
+        "SELECT time_suspended, resume_attempts, claim_boot FROM session WHERE id = $1",
+        &[&id.as_str()],
+    )?;
+    row.map(|row| {
+        Ok(ClaimState {
+            time_suspended: row.try_get(0)?,
+            resume_attempts: count_value(row.try_get(1)?)?,
+            claim_boot: row.try_get(2)?,
+        })
+    })
+    .transpose()
+}
+
+/// Marks the pending input `id` as owed a turn (a no-op for a promoted input).
+pub(crate) fn mark_wake(conn: &mut PgConn, id: &MessageId) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE session_input SET wake = true \
+         WHERE id = $1 AND promoted_seq IS NULL AND NOT wake",
+        &[&id.as_str()],
+    )?;
+    Ok(())
+}
+
+/// Drops the wake marks of every pending input of `session`.
+pub(crate) fn clear_wakes(conn: &mut PgConn, session: &SessionId) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE session_input SET wake = false \
+         WHERE session_id = $1 AND promoted_seq IS NULL AND wake",
+        &[&session.as_str()],
+    )?;
+    Ok(())
+}
+
+/// The seq of the `session.execution.started` event that took `session`'s claim, if claimed.
+pub(crate) fn claim_seq(conn: &mut PgConn, session: &SessionId) -> Result<Option<u64>, StoreError> {
+    let row = conn.query_opt(
+        "SELECT claim_seq FROM session WHERE id = $1",
+        &[&session.as_str()],
+    )?;
+    let seq: Option<i64> = row.map(|row| row.try_get(0)).transpose()?.flatten();
+    seq.map(seq_value).transpose()
+}
+
+/// Marks the `user` messages of `session` promoted after `claim` as interrupted by a user.
+pub(crate) fn mark_interrupted(
+    conn: &mut PgConn,
+    session: &SessionId,
+    claim: u64,
+) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE session_message SET interrupted = true \
+         WHERE session_id = $1 AND type = 'user' AND seq > $2 AND NOT interrupted",
+        &[&session.as_str(), &seq_param(claim)],
+    )?;
+    Ok(())
+}
+
+/// Unclaimed top-level sessions no other live node owns whose pending inputs are owed a turn,
+/// in id order.
+pub(crate) fn adoptable(conn: &mut PgConn) -> Result<Vec<SessionId>, StoreError> {
+    let me = conn.node_arc();
+    let rows = conn.query(
+        concat!(
+            "SELECT DISTINCT i.session_id FROM session_input i JOIN session s ON s.id = i.session_id \
+             WHERE i.promoted_seq IS NULL AND i.wake \
+               AND s.time_suspended IS NULL AND s.parent_id IS NULL AND ",
+            not_held_elsewhere!("$1"),
+            " ORDER BY i.session_id"
+        ),
+        &[&&*me],
+    )?;
+    ids(rows)
+}
+
+/// Whether `session` holds a pending input owed a turn.
+pub(crate) fn owes_turn(conn: &mut PgConn, session: &SessionId) -> Result<bool, StoreError> {
+    let row = conn.query_one(
+        "SELECT EXISTS (SELECT 1 FROM session_input \
+         WHERE session_id = $1 AND promoted_seq IS NULL AND wake)",
+        &[&session.as_str()],
+    )?;
+    Ok(row.try_get(0)?)
+}
+
+/// The inputs the turn claimed at `claim` promoted, in promotion order, less those a user
+/// interrupt request at `fence` (after the claim) stopped.
+pub(crate) fn served_inputs(
+    conn: &mut PgConn,
+    session: &SessionId,
+    claim: u64,
+    fence: Option<u64>,
+) -> Result<Vec<Admission>, StoreError> {
+    let floor = match fence {
+        Some(fence) if fence > claim => seq_param(fence),
+        _ => -1,
+    };
+    query_inputs(
+        conn,
+        "SELECT i.id, i.session_id, i.admitted_seq, i.prompt, i.delivery, i.time_created, \
+                i.promoted_seq \
+         FROM session_message m JOIN session_input i ON i.id = m.id \
+         WHERE m.session_id = $1 AND m.type = 'user' AND m.seq > $2 AND i.admitted_seq > $3 \
+         ORDER BY m.seq",
+        &[&session.as_str(), &seq_param(claim), &floor],
+    )
+}
+
+/// Run while the claim is held, before the terminal: the admission seq of the oldest pending,
+/// unfenced `queue` input when the turn made progress (marked owed), else `None` and the wake
+/// marks of inputs admitted before the claim are dropped.
+pub(crate) fn settle(conn: &mut PgConn, session: &SessionId) -> Result<Option<u64>, StoreError> {
+    let s = session.as_str();
+    let pending = conn.query_one(
+        "SELECT EXISTS (SELECT 1 FROM session_input \
+         WHERE session_id = $1 AND promoted_seq IS NULL)",
+        &[&s],
+    )?;
+    if !pending.try_get::<_, bool>(0)? {
+        return Ok(None);
+    }
+    let next = conn.query_one(
+        "SELECT MIN(admitted_seq) FROM session_input \
+         WHERE session_id = $1 AND promoted_seq IS NULL AND delivery = 'queue' \
+           AND admitted_seq > COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = $1 \
+                AND type = 'session.interrupt.requested'), -1)",
+        &[&s],
+    )?;
+    let queued: Option<i64> = next.try_get(0)?;
+    if let Some(queued) = queued {
+        let progress = conn.query_one(
+            "SELECT EXISTS (SELECT 1 FROM session_message m JOIN session s ON s.id = m.session_id \
+             WHERE m.session_id = $1 AND m.type = 'user' AND m.seq > s.claim_seq)",
+            &[&s],
+        )?;
+        if progress.try_get::<_, bool>(0)? {
+            conn.execute(
+                "UPDATE session_input SET wake = true \
+                 WHERE session_id = $1 AND admitted_seq = $2 AND promoted_seq IS NULL",
+                &[&s, &queued],
+            )?;
+            return Ok(Some(seq_value(queued)?));
+        }
+    }
+    conn.execute(
+        "UPDATE session_input SET wake = false \
+         WHERE session_id = $1 AND promoted_seq IS NULL AND wake \
+           AND admitted_seq < (SELECT claim_seq FROM session WHERE id = $1)",
+        &[&s],
+    )?;
+    Ok(None)
+}

@@ -1,0 +1,186 @@
+//! The per-session event log: appending (next seq + insert + projection) and replay reads.
+//!
+//! An append is one round trip, the schema's function `ds_append`: the seq comes from the
+//! session's `event_sequence` row, taken with `INSERT … ON CONFLICT DO UPDATE … RETURNING`,
+//! which stays locked until COMMIT, so writers of one session on several nodes serialize on it
+//! and seqs stay gap-free (0 for the first event). The event row records this node and the
+//! session's current `owner_epoch`, read by a later statement of the function (a fresh snapshot:
+//! it sees every ownership change committed before this writer got the seq).
+
+use serde_json::Value;
+
+use super::claim::{claim, claim_seq, mark_interrupted, release};
+use super::conn::PgConn;
+use super::{input, json_text, json_value, message, seq_param, seq_value, session, session_id};
+use crate::error::StoreError;
+use crate::event::{EventRecord, SessionEvent};
+use crate::id::SessionId;
+
+/// Appends an event to `session`'s log with the next seq, without its projection.
+fn insert(
+    conn: &mut PgConn,
+    session: &SessionId,
+    kind: &str,
+    data: Value,
+    time: i64,
+) -> Result<EventRecord, StoreError> {
+    let text = json_text(&data)?;
+    let node = conn.node_arc();
+    let row = conn.query_one(
+        "SELECT ds_append($1, $2, $3, $4, $5)",
+        &[&session.as_str(), &kind, &text, &time, &&*node],
+    )?;
+    let seq = seq_value(row.try_get(0)?)?;
+    conn.appended.push((session.clone(), seq));
+    Ok(EventRecord {
+        session_id: session.clone(),
+        seq,
+        kind: kind.to_owned(),
+        data,
+        time,
+    })
+}
+
+/// Appends a runtime event with the next seq and runs its projection, in the caller's
+/// transaction.
+pub(crate) fn append(
+    conn: &mut PgConn,
+    session: &SessionId,
+    event: &SessionEvent,
+    time: i64,
+) -> Result<EventRecord, StoreError> {
+    let record = insert(conn, session, event.kind(), event.data()?, time)?;
+    apply(conn, session, record.seq, time, event)?;
+    Ok(record)
+}
+
+/// Appends an event given by wire name and payload (a built-in name is decoded and projected
+/// like [`append`]).
+pub(crate) fn publish(
+    conn: &mut PgConn,
+    session: &SessionId,
+    kind: &str,
+    data: &Value,
+    time: i64,
+) -> Result<EventRecord, StoreError> {
+    let record = insert(conn, session, kind, data.clone(), time)?;
+    project(conn, &record)?;
+    Ok(record)
+}
+
+/// Applies the projection of one stored event (kinds without one are a no-op).
+pub(crate) fn project(conn: &mut PgConn, ev: &EventRecord) -> Result<(), StoreError> {
+    match SessionEvent::projected(&ev.kind, &ev.data) {
+        None => Ok(()),
+        Some(Ok(event)) => apply(conn, &ev.session_id, ev.seq, ev.time, &event),
+        Some(Err(e)) => Err(StoreError::Inconsistent(format!(
+            "{} event {}#{}: {e}",
+            ev.kind, ev.session_id, ev.seq
+        ))),
+    }
+}
+
+/// The projection of event `seq` of `session` (the SQLite store's, statement for statement).
+fn apply(
+    conn: &mut PgConn,
+    session: &SessionId,
+    seq: u64,
+    time: i64,
+    event: &SessionEvent,
+) -> Result<(), StoreError> {
+    match event {
+        SessionEvent::Created { info } => {
+            if &info.id != session {
+                return Err(StoreError::Inconsistent(format!(
+                    "session.created event of {session} carries session {}",
+                    info.id
+                )));
+            }
+            session::insert_session(conn, info)
+        }
+        SessionEvent::ExecutionStarted { boot } => claim(conn, session, time, seq, boot).map(drop),
+        terminal if terminal.releases_claim() => {
+            if matches!(terminal, SessionEvent::ExecutionInterrupted { .. }) {
+                if let Some(claim) = claim_seq(conn, session)? {
+                    mark_interrupted(conn, session, claim)?;
+                }
+            }
+            release(conn, session).map(drop)
+        }
+        SessionEvent::PromptAdmitted {
+            message_id,
+            prompt,
+            delivery,
+        } => input::insert_input(conn, session, message_id, seq, prompt, *delivery, time),
+        SessionEvent::PromptPromoted {
+            message_id, prompt, ..
+        } => {
+            input::mark_promoted(conn, session, message_id, seq)?;
+            let data = serde_json::json!({ "prompt": prompt });
+            message::insert_message(conn, session, message_id, "user", seq, &data, time)
+        }
+        SessionEvent::MessageAppended {
+            message_id,
+            kind,
+            data,
+        } => message::insert_appended(conn, session, message_id, kind, seq, data, time),
+        _ => Ok(()),
+    }
+}
+
+/// Up to `limit` events of `session` with seq greater than `after` (all when `None`), in seq
+/// order.
+pub(crate) fn events_after(
+    conn: &mut PgConn,
+    session: &SessionId,
+    after: Option<u64>,
+    limit: usize,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let after = after.map_or(-1, seq_param);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = conn.query(
+        "SELECT aggregate_id, seq, type, data, time FROM event \
+         WHERE aggregate_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        &[&session.as_str(), &after, &limit],
+    )?;
+    rows.iter()
+        .map(|row| {
+            let data: String = row.try_get(3)?;
+            Ok(EventRecord {
+                session_id: session_id(row.try_get(0)?)?,
+                seq: seq_value(row.try_get(1)?)?,
+                kind: row.try_get(2)?,
+                data: json_value(&data)?,
+                time: row.try_get(4)?,
+            })
+        })
+        .collect()
+}
+
+/// The seq of `session`'s latest event, or `None` before its first.
+#[cfg(test)]
+pub(crate) fn latest_seq(
+    conn: &mut PgConn,
+    session: &SessionId,
+) -> Result<Option<u64>, StoreError> {
+    let row = conn.query_opt(
+        "SELECT seq FROM event_sequence WHERE aggregate_id = $1",
+        &[&session.as_str()],
+    )?;
+    row.map(|row| seq_value(row.try_get(0)?)).transpose()
+}
+
+/// The seq of `session`'s latest `session.interrupt.requested` (the type is a literal, so the
+/// partial index `event_interrupt` serves it).
+pub(crate) fn latest_interrupt_seq(
+    conn: &mut PgConn,
+    session: &SessionId,
+) -> Result<Option<u64>, StoreError> {
+    let row = conn.query_one(
+        "SELECT MAX(seq) FROM event \
+         WHERE aggregate_id = $1 AND type = 'session.interrupt.requested'",
+        &[&session.as_str()],
+    )?;
+    let max: Option<i64> = row.try_get(0)?;
+    max.map(seq_value).transpose()
+}

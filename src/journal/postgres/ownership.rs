@@ -1,0 +1,134 @@
+//! Ownership of sessions by nodes: acquiring a session (a new fencing epoch on every change of
+//! owner), checking a turn's epoch under a row lock, giving sessions up, and routing a nudge to
+//! the live node that owns a session.
+
+use serde_json::json;
+
+use super::conn::PgConn;
+use super::{node_channel, seq_value};
+use crate::error::StoreError;
+use crate::id::SessionId;
+use crate::journal::backend::{Nudge, Ownership, Route};
+
+/// Takes `session` for this node unless a live node other than this one owns it: the epoch
+/// grows unless this node owns it already. One conditional update (the lease compared with
+/// the database's clock); when it takes nothing, the owner is read (and should that owner have
+/// released it in between, the update is tried again).
+pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownership, StoreError> {
+    let me = conn.node_arc();
+    for _ in 0..3 {
+        let taken = conn.query_opt(
+            concat!(
+                "UPDATE session AS s SET ",
+                take_ownership!("$2"),
+                " WHERE s.id = $1 AND ",
+                not_held_elsewhere!("$2"),
+                " RETURNING s.owner_epoch"
+            ),
+            &[&session.as_str(), &&*me],
+        )?;
+        if let Some(row) = taken {
+            return Ok(Ownership::Owned {
+                epoch: seq_value(row.try_get(0)?)?,
+            });
+        }
+        let owner = conn.query_opt(
+            "SELECT owner_node FROM session WHERE id = $1",
+            &[&session.as_str()],
+        )?;
+        match owner {
+            None => return Ok(Ownership::Missing),
+            Some(row) => {
+                if let Some(node) = row.try_get::<_, Option<String>>(0)? {
+                    if node != *me {
+                        return Ok(Ownership::Elsewhere { node });
+                    }
+                }
+            }
+        }
+    }
+    Err(StoreError::Inconsistent(format!(
+        "the owner of session {session} kept changing while it was acquired"
+    )))
+}
+
+/// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch` (a missing
+/// session is fenced too). The session's row stays locked (`FOR NO KEY UPDATE`: every change of
+/// owner waits, inserts that only reference the session do not) until the transaction ends.
+pub(crate) fn check_fence(
+    conn: &mut PgConn,
+    session: &SessionId,
+    epoch: u64,
+) -> Result<(), StoreError> {
+    let row = conn.query_opt(
+        "SELECT owner_node, owner_epoch FROM session WHERE id = $1 FOR NO KEY UPDATE",
+        &[&session.as_str()],
+    )?;
+    let fenced = || StoreError::Fenced {
+        session_id: session.clone(),
+        epoch,
+    };
+    let Some(row) = row else {
+        return Err(fenced());
+    };
+    let owner: Option<String> = row.try_get(0)?;
+    let current = seq_value(row.try_get(1)?)?;
+    if owner.as_deref() == Some(conn.node()) && current == epoch {
+        Ok(())
+    } else {
+        Err(fenced())
+    }
+}
+
+/// Gives up this node's ownership of `sessions` (the epoch stays; the next owner increments
+/// it). Claims are kept.
+pub(crate) fn release_ownership(
+    conn: &mut PgConn,
+    sessions: &[SessionId],
+) -> Result<(), StoreError> {
+    if sessions.is_empty() {
+        return Ok(());
+    }
+    let me = conn.node_arc();
+    let ids: Vec<&str> = sessions.iter().map(SessionId::as_str).collect();
+    conn.execute(
+        "UPDATE session SET owner_node = NULL WHERE id = ANY($1) AND owner_node = $2",
+        &[&ids, &&*me],
+    )?;
+    Ok(())
+}
+
+/// The payload of a nudge on a node's channel: `{"session":<id>,"nudge":"wake"|"interrupt",
+/// "seq":<seq>}`.
+pub(crate) fn nudge_payload(session: &SessionId, nudge: Nudge) -> String {
+    let (kind, seq) = match nudge {
+        Nudge::Wake(seq) => ("wake", seq),
+        Nudge::Interrupt(seq) => ("interrupt", seq),
+    };
+    json!({ "session": session.as_str(), "nudge": kind, "seq": seq }).to_string()
+}
+
+/// Where `nudge` must be carried out: on the live node other than this one that owns
+/// `session` (notified on its channel, delivered at COMMIT), else here.
+pub(crate) fn route(
+    conn: &mut PgConn,
+    session: &SessionId,
+    nudge: Nudge,
+) -> Result<Route, StoreError> {
+    let me = conn.node_arc();
+    let owner = conn.query_opt(
+        "SELECT s.owner_node FROM session s JOIN node n ON n.node_id = s.owner_node \
+         WHERE s.id = $1 AND s.owner_node <> $2 AND n.lease_until > now()",
+        &[&session.as_str(), &&*me],
+    )?;
+    let Some(row) = owner else {
+        return Ok(Route::Local);
+    };
+    let node: String = row.try_get(0)?;
+    let payload = nudge_payload(session, nudge);
+    conn.query_one(
+        "SELECT pg_notify($1, $2)",
+        &[&node_channel(&node), &payload],
+    )?;
+    Ok(Route::Remote { node })
+}

@@ -1,0 +1,169 @@
+//! Schema migrations of the PostgreSQL store, numbered in `ds_schema.version` and applied in one
+//! transaction under an advisory lock, so that nodes starting together migrate once.
+//!
+//! Version 1 is the SQLite store's version 3 (sessions with their claim bookkeeping, the event
+//! log, the sequence table, the inbox with its wake marks, the transcript with its interrupt
+//! marks, and the same partial indexes), plus what several nodes need: the `node` table, the
+//! owner and fencing epoch of each session, and the node and epoch of each event.
+
+use postgres::Client;
+
+use crate::error::StoreError;
+
+/// The key of the advisory lock migrations run under (any constant of this crate's own).
+const MIGRATION_LOCK: i64 = 0x6473_5f73_6368_656d; // "ds_schem"
+
+/// Version 1. Ids, titles and directories use the `"C"` collation (byte order, ASCII-only case
+/// folding), as SQLite compares text.
+const V1: &str = r#"
+CREATE TABLE node (
+    node_id     TEXT COLLATE "C" PRIMARY KEY,
+    name        TEXT NOT NULL,
+    started_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    lease_until TIMESTAMPTZ NOT NULL
+);
+
+CREATE TABLE session (
+    id              TEXT COLLATE "C" PRIMARY KEY,
+    parent_id       TEXT COLLATE "C" NULL,
+    title           TEXT COLLATE "C" NOT NULL,
+    directory       TEXT COLLATE "C" NOT NULL,
+    agent           TEXT NULL,
+    model           TEXT NULL,
+    metadata        TEXT NULL,
+    time_created    BIGINT NOT NULL,
+    time_updated    BIGINT NOT NULL,
+    time_suspended  BIGINT NULL,
+    resume_attempts BIGINT NOT NULL DEFAULT 0,
+    claim_boot      TEXT COLLATE "C" NULL,
+    claim_seq       BIGINT NULL,
+    owner_node      TEXT COLLATE "C" NULL,
+    owner_epoch     BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX session_parent ON session(parent_id);
+CREATE INDEX session_suspended ON session(time_suspended) WHERE time_suspended IS NOT NULL;
+CREATE INDEX session_created ON session(time_created, id);
+CREATE INDEX session_directory_created ON session(directory, time_created, id);
+CREATE INDEX session_owner ON session(owner_node) WHERE owner_node IS NOT NULL;
+
+CREATE TABLE event (
+    aggregate_id TEXT COLLATE "C" NOT NULL,
+    seq          BIGINT NOT NULL,
+    type         TEXT COLLATE "C" NOT NULL,
+    data         TEXT NOT NULL,
+    time         BIGINT NOT NULL,
+    node         TEXT COLLATE "C" NULL,
+    epoch        BIGINT NULL,
+    CONSTRAINT event_aggregate_seq UNIQUE (aggregate_id, seq)
+);
+CREATE INDEX event_interrupt ON event(aggregate_id, seq)
+    WHERE type = 'session.interrupt.requested';
+
+CREATE TABLE event_sequence (
+    aggregate_id TEXT COLLATE "C" PRIMARY KEY,
+    seq          BIGINT NOT NULL
+);
+
+-- Appends an event with the next seq of its session, in one round trip. The sequence row stays
+-- locked until COMMIT (writers of one session serialize on it); the epoch is read by a later
+-- statement of this volatile function, with a fresh snapshot, so it sees every ownership
+-- change committed before the seq was taken.
+CREATE FUNCTION ds_append(p_session TEXT, p_type TEXT, p_data TEXT, p_time BIGINT,
+                          p_node TEXT) RETURNS BIGINT
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    next_seq BIGINT;
+BEGIN
+    INSERT INTO event_sequence AS q (aggregate_id, seq) VALUES (p_session, 0)
+        ON CONFLICT (aggregate_id) DO UPDATE SET seq = q.seq + 1
+        RETURNING q.seq INTO next_seq;
+    INSERT INTO event (aggregate_id, seq, type, data, time, node, epoch)
+        VALUES (p_session, next_seq, p_type, p_data, p_time, p_node,
+                COALESCE((SELECT s.owner_epoch FROM session s WHERE s.id = p_session), 0));
+    RETURN next_seq;
+END
+$fn$;
+
+CREATE TABLE session_input (
+    id           TEXT COLLATE "C" PRIMARY KEY,
+    session_id   TEXT COLLATE "C" NOT NULL REFERENCES session(id) ON DELETE CASCADE,
+    admitted_seq BIGINT NOT NULL,
+    prompt       TEXT NOT NULL,
+    delivery     TEXT NOT NULL CHECK (delivery IN ('steer', 'queue')),
+    time_created BIGINT NOT NULL,
+    promoted_seq BIGINT NULL,
+    wake         BOOLEAN NOT NULL DEFAULT false
+);
+CREATE INDEX session_input_pending ON session_input(session_id, admitted_seq)
+    WHERE promoted_seq IS NULL;
+CREATE INDEX session_input_wake ON session_input(session_id)
+    WHERE promoted_seq IS NULL AND wake;
+
+CREATE TABLE session_message (
+    id           TEXT COLLATE "C" PRIMARY KEY,
+    session_id   TEXT COLLATE "C" NOT NULL REFERENCES session(id) ON DELETE CASCADE,
+    type         TEXT COLLATE "C" NOT NULL,
+    seq          BIGINT NOT NULL,
+    data         TEXT NOT NULL,
+    time_created BIGINT NOT NULL,
+    time_updated BIGINT NOT NULL,
+    interrupted  BOOLEAN NOT NULL DEFAULT false,
+    UNIQUE (session_id, seq)
+);
+CREATE INDEX session_message_type ON session_message(session_id, type, seq);
+"#;
+
+/// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &[V1];
+
+/// The newest schema version this crate knows.
+pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database up to [`LATEST_VERSION`] in one transaction, holding an advisory lock so
+/// that concurrent openers wait for the first and then find nothing to do. A database newer
+/// than this crate is refused with [`StoreError::SchemaTooNew`] and left untouched.
+pub(crate) fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS ds_schema (version BIGINT NOT NULL)")?;
+    let found: i64 = match tx.query_opt("SELECT version FROM ds_schema", &[])? {
+        Some(row) => row.try_get(0)?,
+        None => {
+            tx.execute("INSERT INTO ds_schema (version) VALUES (0)", &[])?;
+            0
+        }
+    };
+    if found > LATEST_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            found,
+            known: LATEST_VERSION,
+        });
+    }
+    let start = usize::try_from(found)
+        .map_err(|_| StoreError::Inconsistent(format!("negative schema version {found}")))?;
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(start) {
+        log::info!("applying postgres schema migration {} -> {}", i, i + 1);
+        tx.batch_execute(sql)?;
+    }
+    if found < LATEST_VERSION {
+        tx.execute("UPDATE ds_schema SET version = $1", &[&LATEST_VERSION])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The schema version stored in the database (0 when never migrated).
+#[cfg(test)]
+pub(crate) fn version(client: &mut Client) -> Result<i64, StoreError> {
+    let exists: bool = client
+        .query_one("SELECT to_regclass('ds_schema') IS NOT NULL", &[])?
+        .try_get(0)?;
+    if !exists {
+        return Ok(0);
+    }
+    Ok(client
+        .query_opt("SELECT version FROM ds_schema", &[])?
+        .map(|row| row.try_get(0))
+        .transpose()?
+        .unwrap_or(0))
+}

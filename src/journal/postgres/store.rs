@@ -1,0 +1,229 @@
+//! [`Store`] for a PostgreSQL connection: each method is the store function of the same name.
+
+use serde_json::Value;
+
+use super::conn::PgConn;
+use super::{claim, event, input, message, ownership, session};
+use crate::error::StoreError;
+use crate::event::{EventRecord, SessionEvent};
+use crate::id::{MessageId, SessionId};
+use crate::journal::backend::{Nudge, Ownership, Route, Store};
+use crate::records::{
+    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
+};
+
+impl Store for PgConn {
+    fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
+        session::get_session(self, id)
+    }
+
+    fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError> {
+        session::session_exists(self, id)
+    }
+
+    fn create_session(
+        &mut self,
+        info: &SessionInfo,
+    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
+        session::create_session(self, info)
+    }
+
+    fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
+        session::list_sessions(self, query)
+    }
+
+    fn append(
+        &mut self,
+        session: &SessionId,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        event::append(self, session, event, now)
+    }
+
+    fn publish(
+        &mut self,
+        session: &SessionId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        event::publish(self, session, kind, data, now)
+    }
+
+    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError> {
+        event::project(self, event)
+    }
+
+    fn events_after(
+        &mut self,
+        session: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        event::events_after(self, session, after, limit)
+    }
+
+    fn latest_interrupt_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        event::latest_interrupt_seq(self, session)
+    }
+
+    fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError> {
+        input::get_input(self, id)
+    }
+
+    fn admit(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        prompt: &Value,
+        delivery: Delivery,
+        now: i64,
+    ) -> Result<(Admission, Option<EventRecord>), StoreError> {
+        input::admit(self, session, id, prompt, delivery, now)
+    }
+
+    fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError> {
+        input::pending_inputs(self, session)
+    }
+
+    fn promote_steer(
+        &mut self,
+        session: &SessionId,
+        cutoff: Option<u64>,
+        now: i64,
+    ) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
+        input::promote_steer(self, session, cutoff, now)
+    }
+
+    fn promote_queue(
+        &mut self,
+        session: &SessionId,
+        now: i64,
+    ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
+        input::promote_queue(self, session, now)
+    }
+
+    fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError> {
+        claim::mark_wake(self, id)
+    }
+
+    fn clear_wakes(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        claim::clear_wakes(self, session)
+    }
+
+    fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError> {
+        claim::owes_turn(self, session)
+    }
+
+    fn append_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        message::append_message(self, session, id, kind, data, now)
+    }
+
+    fn get_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<Message>, StoreError> {
+        message::get_message(self, session, id)
+    }
+
+    fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError> {
+        message::messages(self, query)
+    }
+
+    fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError> {
+        message::context(self, session)
+    }
+
+    fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
+        message::transcript_owner(self, id)
+    }
+
+    fn undecodable_message(
+        &mut self,
+        session: &SessionId,
+    ) -> Result<Option<MessageId>, StoreError> {
+        message::undecodable_message(self, session)
+    }
+
+    fn delete_projections(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        message::delete_projections(self, session)
+    }
+
+    fn projection_counts(&mut self, session: &SessionId) -> Result<(usize, usize), StoreError> {
+        message::projection_counts(self, session)
+    }
+
+    fn claim_state(&mut self, id: &SessionId) -> Result<Option<ClaimState>, StoreError> {
+        claim::claim_state(self, id)
+    }
+
+    fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        claim::claim_seq(self, session)
+    }
+
+    fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError> {
+        claim::claim_counts(self, now)
+    }
+
+    fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        claim::settle(self, session)
+    }
+
+    fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError> {
+        claim::list_claimed(self, exclude_boot)
+    }
+
+    fn adoptable(&mut self) -> Result<Vec<SessionId>, StoreError> {
+        claim::adoptable(self)
+    }
+
+    fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError> {
+        claim::count_resume(self, id, boot)
+    }
+
+    fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError> {
+        claim::count_adoption(self, id)
+    }
+
+    fn served_inputs(
+        &mut self,
+        session: &SessionId,
+        claim: u64,
+        fence: Option<u64>,
+    ) -> Result<Vec<Admission>, StoreError> {
+        claim::served_inputs(self, session, claim, fence)
+    }
+
+    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
+        claim::mark_interrupted(self, session, claim)
+    }
+
+    fn release_child_claims(&mut self) -> Result<usize, StoreError> {
+        claim::release_child_claims(self)
+    }
+
+    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
+        ownership::acquire(self, session)
+    }
+
+    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError> {
+        ownership::check_fence(self, session, epoch)
+    }
+
+    fn release_ownership(&mut self, sessions: &[SessionId]) -> Result<(), StoreError> {
+        ownership::release_ownership(self, sessions)
+    }
+
+    fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError> {
+        ownership::route(self, session, nudge)
+    }
+}

@@ -1,0 +1,427 @@
+//! Tests of sequences, conflicts, ownership and fencing, and the writer's transaction control,
+//! on the shared cluster (see `tests`).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::conn::{conflict_on_constraint, PgConn};
+use super::tests::{config, pg_conn, pg_db, sql};
+use super::writer::{events_payload, MAX_PAYLOAD};
+use super::{event, schema, PgWriter};
+use crate::error::StoreError;
+use crate::event::kind;
+use crate::journal::backend::{Ownership, Store, WriterConnection};
+use crate::journal::sqlite::test_support::{info, mid, sid};
+use crate::records::Delivery;
+
+/// Creates top-level session `id` through the store.
+fn create(conn: &mut PgConn, id: &str) -> Result<(), StoreError> {
+    conn.create_session(&info(id, None, 1))?;
+    Ok(())
+}
+
+/// Lapses node `node`'s lease (as if it died a lease ago).
+fn lapse(conn: &mut PgConn, node: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "UPDATE node SET lease_until = now() - interval '1 second' WHERE node_id = $1",
+        &[&node],
+    )?;
+    Ok(())
+}
+
+#[test]
+fn seqs_start_at_zero_and_are_gap_free_per_session() -> Result<(), StoreError> {
+    let Some(db) = pg_db("seqs") else {
+        return Ok(());
+    };
+    let mut conn = pg_conn(&db, "a")?;
+    let (a, b) = (sid("a"), sid("b"));
+    assert_eq!(event::latest_seq(&mut conn, &a)?, None);
+    let mut seqs = Vec::new();
+    for session in [&a, &a, &b, &a, &b] {
+        seqs.push(conn.publish(session, "custom.kind", &json!({}), 1)?.seq);
+    }
+    assert_eq!(seqs, [0, 1, 0, 2, 1]);
+    assert_eq!(event::latest_seq(&mut conn, &a)?, Some(2));
+    Ok(())
+}
+
+#[test]
+fn constraint_violations_become_conflicts() -> Result<(), StoreError> {
+    let Some(db) = pg_db("conflicts") else {
+        return Ok(());
+    };
+    let mut conn = pg_conn(&db, "a")?;
+    sql(
+        &mut conn,
+        "INSERT INTO event_sequence (aggregate_id, seq) VALUES ('a', 0)",
+    )?;
+    let client = conn.client()?;
+    let dup = client
+        .execute(
+            "INSERT INTO event_sequence (aggregate_id, seq) VALUES ('a', 1)",
+            &[],
+        )
+        .map_err(|e| conflict_on_constraint(e, || "duplicate".into()));
+    assert!(matches!(dup, Err(StoreError::Conflict(m)) if m.starts_with("duplicate")));
+    let other = client
+        .execute("SELECT * FROM no_such_table", &[])
+        .map_err(|e| conflict_on_constraint(e, || "unused".into()));
+    assert!(matches!(other, Err(StoreError::Postgres(_))));
+    Ok(())
+}
+
+/// Two nodes' writers append to one session at once, each in transactions of several events:
+/// the seqs are 0.. with no gap and no duplicate, and each row records its writer.
+#[test]
+fn two_nodes_appending_to_one_session_leave_no_gap() -> Result<(), StoreError> {
+    const EACH: usize = 60;
+    let Some(db) = pg_db("two_writers") else {
+        return Ok(());
+    };
+    let mut setup = pg_conn(&db, "setup")?;
+    create(&mut setup, "shared")?;
+    let writers: Vec<PgWriter> = ["n1", "n2"]
+        .into_iter()
+        .map(|node| Ok(PgWriter::new(pg_conn(&db, node)?, config(&db, node))))
+        .collect::<Result<_, StoreError>>()?;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = writers
+            .into_iter()
+            .map(|mut w| {
+                scope.spawn(move || -> Result<(), StoreError> {
+                    for i in 0..EACH / 3 {
+                        w.begin()?;
+                        for j in 0..3 {
+                            w.savepoint()?;
+                            w.store()
+                                .publish(&sid("shared"), "custom.kind", &json!([i, j]), 1)?;
+                            w.release()?;
+                        }
+                        w.commit()?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or(Err(StoreError::Closed)))
+    })?;
+    let rows = setup.query(
+        "SELECT seq, node FROM event WHERE aggregate_id = 'shared' ORDER BY seq",
+        &[],
+    )?;
+    let seqs: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(seqs, (0..=(2 * EACH) as i64).collect::<Vec<_>>());
+    let by = |node: &str| rows.iter().filter(|r| r.get::<_, &str>(1) == node).count();
+    assert_eq!((by("setup"), by("n1"), by("n2")), (1, EACH, EACH));
+    Ok(())
+}
+
+#[test]
+fn acquire_takes_free_own_and_lapsed_sessions_only() -> Result<(), StoreError> {
+    let Some(db) = pg_db("acquire") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    create(&mut a, "s")?;
+    assert_eq!(a.acquire(&sid("ghost"))?, Ownership::Missing);
+    assert_eq!(a.acquire(&sid("s"))?, Ownership::Owned { epoch: 1 });
+    assert_eq!(
+        a.acquire(&sid("s"))?,
+        Ownership::Owned { epoch: 1 },
+        "own: kept"
+    );
+    assert_eq!(
+        b.acquire(&sid("s"))?,
+        Ownership::Elsewhere { node: "a".into() }
+    );
+    lapse(&mut b, "a")?;
+    assert_eq!(b.acquire(&sid("s"))?, Ownership::Owned { epoch: 2 });
+    // An owner whose row is gone is dead too.
+    sql(
+        &mut a,
+        "UPDATE session SET owner_node = 'vanished' WHERE id = 's'",
+    )?;
+    assert_eq!(a.acquire(&sid("s"))?, Ownership::Owned { epoch: 3 });
+    // Released: the next owner (even the same node) takes a new epoch.
+    a.release_ownership(&[sid("s"), sid("ghost")])?;
+    let row = a.query_one(
+        "SELECT owner_node, owner_epoch FROM session WHERE id = 's'",
+        &[],
+    )?;
+    assert_eq!(
+        (row.get::<_, Option<String>>(0), row.get::<_, i64>(1)),
+        (None, 3)
+    );
+    assert_eq!(b.acquire(&sid("s"))?, Ownership::Owned { epoch: 4 });
+    // Releasing what another node owns changes nothing.
+    a.release_ownership(&[sid("s")])?;
+    assert_eq!(
+        a.acquire(&sid("s"))?,
+        Ownership::Elsewhere { node: "b".into() }
+    );
+    Ok(())
+}
+
+#[test]
+fn check_fence_passes_only_the_owner_at_its_epoch() -> Result<(), StoreError> {
+    let Some(db) = pg_db("fence") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    create(&mut a, "s")?;
+    let fenced = |r: Result<(), StoreError>, want: u64| matches!(r, Err(StoreError::Fenced { session_id, epoch }) if session_id.as_str() == "s" && epoch == want);
+    assert!(fenced(a.check_fence(&sid("s"), 0), 0), "nobody owns it");
+    assert_eq!(a.acquire(&sid("s"))?, Ownership::Owned { epoch: 1 });
+    a.check_fence(&sid("s"), 1)?;
+    assert!(fenced(b.check_fence(&sid("s"), 1), 1), "another node");
+    lapse(&mut b, "a")?;
+    assert_eq!(b.acquire(&sid("s"))?, Ownership::Owned { epoch: 2 });
+    assert!(fenced(a.check_fence(&sid("s"), 1), 1), "a stale epoch");
+    b.check_fence(&sid("s"), 2)?;
+    assert!(matches!(
+        b.check_fence(&sid("ghost"), 2),
+        Err(StoreError::Fenced { .. })
+    ));
+    Ok(())
+}
+
+/// While a fenced request's transaction is open, no other node can take the session; once it
+/// commits, the takeover goes through.
+#[test]
+fn check_fence_holds_the_session_until_commit() -> Result<(), StoreError> {
+    let Some(db) = pg_db("fence_lock") else {
+        return Ok(());
+    };
+    let mut a = PgWriter::new(pg_conn(&db, "a")?, config(&db, "a"));
+    let mut b = pg_conn(&db, "b")?;
+    create(&mut b, "s")?;
+    a.store().acquire(&sid("s"))?;
+    lapse(&mut b, "a")?;
+    a.begin()?;
+    a.store().check_fence(&sid("s"), 1)?;
+    sql(&mut b, "SET lock_timeout = 200")?;
+    let blocked = b.acquire(&sid("s"));
+    assert!(
+        matches!(blocked, Err(StoreError::Postgres(_))),
+        "{blocked:?}"
+    );
+    a.store().publish(&sid("s"), "custom.kind", &json!({}), 2)?;
+    a.commit()?;
+    assert_eq!(b.acquire(&sid("s"))?, Ownership::Owned { epoch: 2 });
+    let row = b.query_one(
+        "SELECT node, epoch FROM event WHERE aggregate_id = 's' AND seq = 1",
+        &[],
+    )?;
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, i64>(1)),
+        ("a".into(), 1)
+    );
+    Ok(())
+}
+
+/// The sweep of node `b` leaves out what live node `a` owns, and two surviving nodes never
+/// both count one turn.
+#[test]
+fn survivors_share_a_dead_nodes_sessions_without_double_counting() -> Result<(), StoreError> {
+    let Some(db) = pg_db("takeover") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    let mut c = pg_conn(&db, "c")?;
+    for id in ["busy", "owed"] {
+        create(&mut a, id)?;
+        a.acquire(&sid(id))?;
+    }
+    a.publish(
+        &sid("busy"),
+        kind::EXECUTION_STARTED,
+        &json!({"boot": "a"}),
+        5,
+    )?;
+    a.admit(&sid("owed"), &mid("p"), &json!("p"), Delivery::Steer, 6)?;
+    a.mark_wake(&mid("p"))?;
+    assert!(b.list_claimed(Some("b"))?.is_empty(), "a is alive");
+    assert!(b.adoptable()?.is_empty());
+    assert_eq!(b.count_resume(&sid("busy"), "b")?, None);
+    assert_eq!(b.count_adoption(&sid("owed"))?, None);
+    assert_eq!(a.list_claimed(Some("a2"))?, [sid("busy")], "its own");
+    lapse(&mut a, "a")?;
+    assert_eq!(b.list_claimed(Some("b"))?, [sid("busy")]);
+    assert_eq!(c.adoptable()?, [sid("owed")]);
+    assert_eq!(b.count_resume(&sid("busy"), "b")?, Some(1));
+    assert_eq!(c.count_resume(&sid("busy"), "c")?, None, "b owns it now");
+    assert_eq!(c.count_adoption(&sid("owed"))?, Some(1));
+    assert_eq!(b.count_adoption(&sid("owed"))?, None);
+    let owners = a.query(
+        "SELECT id, owner_node, owner_epoch FROM session ORDER BY id",
+        &[],
+    )?;
+    let owners: Vec<(String, String, i64)> = owners
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("busy".into(), "b".into(), 2),
+            ("owed".into(), "c".into(), 2)
+        ]
+    );
+    assert!(c.list_claimed(Some("c"))?.is_empty());
+    // A row another transaction holds is skipped, not waited for.
+    let mut d = PgWriter::new(pg_conn(&db, "d")?, config(&db, "d"));
+    lapse(&mut a, "b")?;
+    d.begin()?;
+    d.store().check_fence(&sid("busy"), 0).ok();
+    assert_eq!(c.count_resume(&sid("busy"), "c")?, None);
+    d.rollback();
+    assert_eq!(c.count_resume(&sid("busy"), "c")?, Some(2));
+    Ok(())
+}
+
+/// An error inside a request's savepoint leaves the batch usable after `ROLLBACK TO` (and drops
+/// that request's events from the notification); outside a savepoint it aborts the
+/// transaction, which then cannot commit.
+#[test]
+fn writer_tracks_aborted_transactions_and_savepoints() -> Result<(), StoreError> {
+    let Some(db) = pg_db("writer") else {
+        return Ok(());
+    };
+    let mut w = PgWriter::new(pg_conn(&db, "a")?, config(&db, "a"));
+    assert!(!w.in_transaction());
+    w.begin()?;
+    w.savepoint()?;
+    w.store()
+        .publish(&sid("kept"), "custom.kind", &json!({}), 1)?;
+    w.release()?;
+    w.savepoint()?;
+    w.store()
+        .publish(&sid("dropped"), "custom.kind", &json!({}), 1)?;
+    let failed = w
+        .store()
+        .admit(&sid("ghost"), &mid("x"), &json!(1), Delivery::Steer, 1);
+    assert!(matches!(failed, Err(StoreError::Conflict(_))), "{failed:?}");
+    assert!(w.in_transaction(), "recoverable inside the savepoint");
+    w.rollback_to()?;
+    w.release()?;
+    w.savepoint()?;
+    w.store()
+        .publish(&sid("kept"), "custom.kind", &json!({}), 2)?;
+    w.release()?;
+    w.commit()?;
+    assert!(!w.in_transaction());
+    let mut check = pg_conn(&db, "check")?;
+    assert_eq!(event::latest_seq(&mut check, &sid("kept"))?, Some(1));
+    assert_eq!(event::latest_seq(&mut check, &sid("dropped"))?, None);
+
+    w.begin()?;
+    let failed = w
+        .store()
+        .admit(&sid("ghost"), &mid("y"), &json!(1), Delivery::Steer, 1);
+    assert!(failed.is_err());
+    assert!(!w.in_transaction(), "aborted outside a savepoint");
+    assert!(w.commit().is_err());
+    w.rollback();
+    w.begin()?;
+    w.store()
+        .publish(&sid("kept"), "custom.kind", &json!({}), 3)?;
+    w.commit()?;
+    assert_eq!(event::latest_seq(&mut check, &sid("kept"))?, Some(2));
+    w.release_memory();
+    Ok(())
+}
+
+/// A lost connection is replaced at the next `BEGIN`.
+#[test]
+fn writer_reconnects_after_losing_its_connection() -> Result<(), StoreError> {
+    let Some(db) = pg_db("reconnect") else {
+        return Ok(());
+    };
+    let mut w = PgWriter::new(pg_conn(&db, "a")?, config(&db, "a"));
+    let mut admin = pg_conn(&db, "admin")?;
+    w.begin()?;
+    w.store().publish(&sid("s"), "custom.kind", &json!({}), 1)?;
+    w.commit()?;
+    sql(
+        &mut admin,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'durable-sessions a' AND datname = current_database()",
+    )?;
+    std::thread::sleep(Duration::from_millis(100));
+    let failed = w.begin().and_then(|()| {
+        w.store()
+            .publish(&sid("s"), "custom.kind", &json!({}), 2)
+            .map(drop)
+    });
+    if failed.is_err() {
+        assert!(!w.in_transaction());
+        w.rollback();
+    } else {
+        w.commit()?;
+    }
+    w.begin()?;
+    w.store().publish(&sid("s"), "custom.kind", &json!({}), 3)?;
+    w.commit()?;
+    let last = event::latest_seq(&mut admin, &sid("s"))?;
+    assert!(matches!(last, Some(1 | 2)), "{last:?}");
+    Ok(())
+}
+
+#[test]
+fn events_payload_names_each_session_once_or_says_many() {
+    let appended = [(sid("b"), 4), (sid("a"), 0), (sid("b"), 6), (sid("b"), 5)];
+    assert_eq!(
+        events_payload("n1", &appended),
+        r#"{"node":"n1","sessions":[["b",4,6],["a",0,0]]}"#
+    );
+    let many: Vec<_> = (0..400)
+        .map(|i| (sid(&format!("session-{i:04}")), 1))
+        .collect();
+    let payload = events_payload("n1", &many);
+    assert_eq!(payload, r#"{"many":true,"node":"n1"}"#);
+    let fits: Vec<_> = (0..200).map(|i| (sid(&format!("s{i:03}")), 7)).collect();
+    assert!(events_payload("n1", &fits).len() <= MAX_PAYLOAD);
+    assert!(events_payload("n1", &fits).contains("s199"));
+}
+
+/// Concurrent openers migrate once; a newer schema is refused and left as it is.
+#[test]
+fn migrations_run_once_under_concurrency_and_refuse_newer_schemas() -> Result<(), StoreError> {
+    let Some(db) = pg_db("migrate") else {
+        return Ok(());
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let cfg = config(&db, &format!("m{i}"));
+                scope.spawn(move || -> Result<(), StoreError> {
+                    let mut client = super::conn::connect(&cfg)?;
+                    schema::migrate(&mut client)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or(Err(StoreError::Closed)))
+    })?;
+    let mut conn = pg_conn(&db, "a")?;
+    assert_eq!(schema::version(conn.client()?)?, schema::LATEST_VERSION);
+    sql(&mut conn, "UPDATE ds_schema SET version = version + 1")?;
+    match schema::migrate(conn.client()?) {
+        Err(StoreError::SchemaTooNew { found, known }) => {
+            assert_eq!(
+                (found, known),
+                (schema::LATEST_VERSION + 1, schema::LATEST_VERSION)
+            );
+        }
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! The SQLite backend of the journal's seam: [`Store`] for a rusqlite connection (each
+//! method is the store function of the same name), the writer thread's connection and the
+//! readers' pool.
+
+use rusqlite::Connection;
+use serde_json::Value;
+
+use crate::error::StoreError;
+use crate::event::{EventRecord, SessionEvent};
+use crate::id::{MessageId, SessionId};
+use crate::journal::backend::{
+    Nudge, Ownership, ReadWork, Readers, Route, Store, WriterConnection,
+};
+use crate::journal::sqlite::{self, Pool};
+use crate::records::{
+    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
+};
+
+/// One process owns a SQLite file (its lock): it owns every session, at epoch 0.
+impl Store for Connection {
+    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
+        Ok(if sqlite::session_exists(self, session)? {
+            Ownership::Owned { epoch: 0 }
+        } else {
+            Ownership::Missing
+        })
+    }
+
+    fn check_fence(&mut self, _session: &SessionId, _epoch: u64) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn release_ownership(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn route(&mut self, _session: &SessionId, _nudge: Nudge) -> Result<Route, StoreError> {
+        Ok(Route::Local)
+    }
+
+    #[cfg(test)]
+    fn as_sqlite(&mut self) -> Option<&Connection> {
+        Some(self)
+    }
+
+    fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
+        sqlite::get_session(self, id)
+    }
+
+    fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError> {
+        sqlite::session_exists(self, id)
+    }
+
+    fn create_session(
+        &mut self,
+        info: &SessionInfo,
+    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
+        sqlite::create_session(self, info)
+    }
+
+    fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
+        sqlite::list_sessions(self, query)
+    }
+
+    fn append(
+        &mut self,
+        session: &SessionId,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        sqlite::append(self, session, event, now)
+    }
+
+    fn publish(
+        &mut self,
+        session: &SessionId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        sqlite::publish(self, session, kind, data, now)
+    }
+
+    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError> {
+        sqlite::project(self, event)
+    }
+
+    fn events_after(
+        &mut self,
+        session: &SessionId,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        sqlite::events_after(self, session, after, limit)
+    }
+
+    fn latest_interrupt_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        sqlite::latest_interrupt_seq(self, session)
+    }
+
+    fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError> {
+        sqlite::get_input(self, id)
+    }
+
+    fn admit(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        prompt: &Value,
+        delivery: Delivery,
+        now: i64,
+    ) -> Result<(Admission, Option<EventRecord>), StoreError> {
+        sqlite::admit(self, session, id, prompt, delivery, now)
+    }
+
+    fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError> {
+        sqlite::pending_inputs(self, session)
+    }
+
+    fn promote_steer(
+        &mut self,
+        session: &SessionId,
+        cutoff: Option<u64>,
+        now: i64,
+    ) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
+        sqlite::promote_steer(self, session, cutoff, now)
+    }
+
+    fn promote_queue(
+        &mut self,
+        session: &SessionId,
+        now: i64,
+    ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
+        sqlite::promote_queue(self, session, now)
+    }
+
+    fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError> {
+        sqlite::mark_wake(self, id)
+    }
+
+    fn clear_wakes(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        sqlite::clear_wakes(self, session)
+    }
+
+    fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError> {
+        sqlite::owes_turn(self, session)
+    }
+
+    fn append_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        sqlite::append_message(self, session, id, kind, data, now)
+    }
+
+    fn get_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<Message>, StoreError> {
+        sqlite::get_message(self, session, id)
+    }
+
+    fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError> {
+        sqlite::messages(self, query)
+    }
+
+    fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError> {
+        sqlite::context(self, session)
+    }
+
+    fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
+        sqlite::transcript_owner(self, id)
+    }
+
+    fn undecodable_message(
+        &mut self,
+        session: &SessionId,
+    ) -> Result<Option<MessageId>, StoreError> {
+        sqlite::undecodable_message(self, session)
+    }
+
+    fn delete_projections(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        sqlite::delete_projections(self, session)
+    }
+
+    fn projection_counts(&mut self, session: &SessionId) -> Result<(usize, usize), StoreError> {
+        sqlite::projection_counts(self, session)
+    }
+
+    fn claim_state(&mut self, id: &SessionId) -> Result<Option<ClaimState>, StoreError> {
+        sqlite::claim_state(self, id)
+    }
+
+    fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        sqlite::claim_seq(self, session)
+    }
+
+    fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError> {
+        sqlite::claim_counts(self, now)
+    }
+
+    fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        sqlite::settle(self, session)
+    }
+
+    fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError> {
+        sqlite::list_claimed(self, exclude_boot)
+    }
+
+    fn adoptable(&mut self) -> Result<Vec<SessionId>, StoreError> {
+        sqlite::adoptable(self)
+    }
+
+    fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError> {
+        sqlite::count_resume(self, id, boot)
+    }
+
+    fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError> {
+        sqlite::count_adoption(self, id)
+    }
+
+    fn served_inputs(
+        &mut self,
+        session: &SessionId,
+        claim: u64,
+        fence: Option<u64>,
+    ) -> Result<Vec<Admission>, StoreError> {
+        sqlite::served_inputs(self, session, claim, fence)
+    }
+
+    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
+        sqlite::mark_interrupted(self, session, claim)
+    }
+
+    fn release_child_claims(&mut self) -> Result<usize, StoreError> {
+        sqlite::release_child_claims(self)
+    }
+}
+
+/// The per-request savepoint's statements (prepared once per connection, then cached).
+const SAVEPOINT: &str = "SAVEPOINT request";
+const RELEASE: &str = "RELEASE request";
+const ROLLBACK_TO: &str = "ROLLBACK TO request";
+
+/// The writer thread's connection and, to release their memory, the readers' pool.
+pub(crate) struct SqliteWriter {
+    conn: Connection,
+    pool: Pool,
+}
+
+impl SqliteWriter {
+    /// The writer on `conn` (a connection with the store's PRAGMAs applied).
+    pub(crate) fn new(conn: Connection, pool: Pool) -> Self {
+        Self { conn, pool }
+    }
+
+    fn run(&self, sql: &str) -> Result<(), StoreError> {
+        self.conn.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+}
+
+impl WriterConnection for SqliteWriter {
+    fn begin(&mut self) -> Result<(), StoreError> {
+        // IMMEDIATE: take the write lock now, so a busy database fails the BEGIN, not a write
+        // halfway through the batch.
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(())
+    }
+
+    fn savepoint(&mut self) -> Result<(), StoreError> {
+        self.run(SAVEPOINT)
+    }
+
+    fn release(&mut self) -> Result<(), StoreError> {
+        self.run(RELEASE)
+    }
+
+    fn rollback_to(&mut self) -> Result<(), StoreError> {
+        self.run(ROLLBACK_TO)
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        self.conn.execute_batch("COMMIT")?;
+        Ok(())
+    }
+
+    fn rollback(&mut self) {
+        if !self.conn.is_autocommit() {
+            if let Err(e) = self.conn.execute_batch("ROLLBACK") {
+                log::error!("persistence: rollback failed: {e}");
+            }
+        }
+    }
+
+    fn in_transaction(&mut self) -> bool {
+        !self.conn.is_autocommit()
+    }
+
+    fn store(&mut self) -> &mut dyn Store {
+        &mut self.conn
+    }
+
+    /// `PRAGMA shrink_memory` on the writer connection and on every idle pooled connection,
+    /// here rather than on a blocking thread: a thread started for it would bring its own stack
+    /// and malloc arena.
+    fn release_memory(&mut self) {
+        if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
+            log::warn!("persistence: cannot shrink the writer's memory: {e}");
+        }
+        SqliteReaders(self.pool.clone()).release_memory();
+    }
+}
+
+/// The readers' pool.
+pub(crate) struct SqliteReaders(pub(crate) Pool);
+
+impl Readers for SqliteReaders {
+    fn read(&self, work: ReadWork<'_>) -> Result<(), StoreError> {
+        let mut conn = self.0.get()?;
+        work(&mut *conn)
+    }
+
+    fn size(&self) -> usize {
+        self.0.max_size() as usize
+    }
+
+    fn release_memory(&self) {
+        // Hold every idle connection at once, so each is shrunk exactly once.
+        let idle = self.0.state().idle_connections;
+        let conns: Vec<_> = (0..idle).map_while(|_| self.0.try_get()).collect();
+        for conn in &conns {
+            if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
+                log::warn!("persistence: cannot shrink a pooled connection's memory: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! How a `SessionActor` handles each message: load (and, with several nodes, own) the session
+//! first, then hand the message to the coordinator — or, when another live node owns the
+//! session, forward what must reach it through the store.
+
+use std::sync::atomic::Ordering;
+
+use actix::prelude::*;
+
+use super::messages::{AwaitIdle, Close, Fence, Interrupt, Resume, Wake};
+use super::{Forget, Held, SessionActor};
+use crate::error::{Error, StoreError};
+use crate::journal::{Loaded, Nudge, Ownership};
+
+impl SessionActor {
+    /// Runs `then` once the actor knows its session is stored and who owns it: at once when it
+    /// is this node's; otherwise after loading it again (the session may have been created
+    /// since; with several nodes, this takes it when no live node owns it), holding the mailbox
+    /// meanwhile (`ctx.wait`) so no later message overtakes this one. The arbiter never blocks.
+    pub(super) fn when_loaded(
+        &mut self,
+        ctx: &mut Context<Self>,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
+        if self.held == Held::Mine {
+            then(self, ctx);
+            return;
+        }
+        let journal = self.env.journal.clone();
+        let id = self.id.clone();
+        let load = async move { journal.load_session(id).await };
+        ctx.wait(load.into_actor(self).map(move |loaded, act, ctx| {
+            act.loaded(loaded);
+            then(act, ctx);
+        }));
+    }
+
+    /// Takes in what the actor derives from the store: whether the session is stored, who owns
+    /// it, and its durable interrupt fence.
+    fn loaded(&mut self, loaded: Result<Loaded, StoreError>) {
+        match loaded {
+            Ok(Loaded { ownership, fence }) => {
+                self.held = match ownership {
+                    Ownership::Owned { epoch } => {
+                        self.stamp.epoch.store(epoch, Ordering::Relaxed);
+                        Held::Mine
+                    }
+                    Ownership::Elsewhere { .. } => Held::Elsewhere,
+                    Ownership::Missing => Held::Unknown,
+                };
+                if let Some(seq) = fence {
+                    self.coordinator.raise_boundary(seq);
+                }
+            }
+            Err(e) => {
+                log::error!("session {}: cannot load state: {e}", self.id);
+                self.held = Held::Unknown;
+            }
+        }
+    }
+
+    /// Hands `nudge` to the node that owns the session (another live node took it since this
+    /// actor loaded, or before): through the store, which notifies that node at COMMIT. If no
+    /// live node owns it any more, this node takes it and `then` runs here. Otherwise the actor
+    /// stops: it holds nothing of the session.
+    fn forward(
+        &mut self,
+        nudge: Nudge,
+        ctx: &mut Context<Self>,
+        then: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) {
+        let journal = self.env.journal.clone();
+        let id = self.id.clone();
+        let forward = async move { journal.forward(id, nudge).await };
+        ctx.wait(
+            forward
+                .into_actor(self)
+                .map(move |forwarded, act, ctx| match forwarded {
+                    Ok(Some(epoch)) => {
+                        act.stamp.epoch.store(epoch, Ordering::Relaxed);
+                        act.held = Held::Mine;
+                        then(act, ctx);
+                    }
+                    Ok(None) => act.retire(Forget::Stopped, ctx),
+                    Err(e) => {
+                        log::error!("session {}: cannot forward {nudge:?}: {e}", act.id);
+                        act.retire(Forget::Stopped, ctx);
+                    }
+                }),
+        );
+    }
+
+    /// Stops the actor and removes its registry entry.
+    pub(super) fn retire(&mut self, why: Forget, ctx: &mut Context<Self>) {
+        self.env.host.forget(&self.id, self.stamp.generation, why);
+        ctx.stop();
+    }
+}
+
+impl Handler<Wake> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Wake, ctx: &mut Self::Context) {
+        self.when_loaded(ctx, move |act, ctx| match (act.held, msg.seq) {
+            (Held::Mine, seq) => {
+                let effects = act.coordinator.wake(seq);
+                act.apply(effects, ctx);
+            }
+            (Held::Elsewhere, Some(seq)) => act.forward(Nudge::Wake(seq), ctx, move |act, ctx| {
+                let effects = act.coordinator.wake(Some(seq));
+                act.apply(effects, ctx);
+            }),
+            // An unsequenced wake names no durable work: the owner serves what is pending.
+            (Held::Elsewhere, None) => act.retire(Forget::Stopped, ctx),
+            (Held::Unknown, _) => {
+                log::debug!("session {}: wake for an unknown session dropped", act.id);
+            }
+        });
+    }
+}
+
+impl Handler<Resume> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Resume, ctx: &mut Self::Context) {
+        self.when_loaded(ctx, move |act, ctx| act.resume(msg, ctx));
+    }
+}
+
+impl SessionActor {
+    /// Runs a forced turn (or joins the running one); with `recovery`, the turn the restart
+    /// sweep claimed.
+    fn resume(&mut self, msg: Resume, ctx: &mut Context<Self>) {
+        match self.held {
+            Held::Mine => {}
+            Held::Elsewhere => {
+                // The turn runs on the node that owns the session; its outcome is not ours to
+                // wait for.
+                let _ = msg.reply.send(Err(Error::Fenced {
+                    session_id: self.id.clone(),
+                }));
+                self.retire(Forget::Stopped, ctx);
+                return;
+            }
+            Held::Unknown => {
+                let _ = msg.reply.send(Err(Error::NotFound {
+                    session_id: self.id.clone(),
+                }));
+                return;
+            }
+        }
+        let effects = self.coordinator.run(msg.reply);
+        if let Some(resumption) = msg.recovery {
+            self.running.get_or_insert_with(Box::default).recovery = Some(resumption);
+        }
+        self.apply(effects, ctx);
+        // Only a turn this resume started uses the sweep's claim (it may have joined one).
+        if let Some(running) = self.running.as_mut() {
+            running.recovery = None;
+            if running.drain.is_none() {
+                self.running = None;
+            }
+        }
+    }
+}
+
+impl Handler<Interrupt> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Interrupt, ctx: &mut Self::Context) {
+        let Interrupt { seq, reason, reply } = msg;
+        match (self.held, seq) {
+            (Held::Elsewhere, Some(fence)) => {
+                self.forward(Nudge::Interrupt(fence), ctx, move |act, ctx| {
+                    let effects = act.coordinator.interrupt(seq, reason, reply);
+                    act.apply(effects, ctx);
+                });
+            }
+            _ => {
+                let effects = self.coordinator.interrupt(seq, reason, reply);
+                self.apply(effects, ctx);
+            }
+        }
+    }
+}
+
+impl Handler<AwaitIdle> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: AwaitIdle, ctx: &mut Self::Context) {
+        let effects = self.coordinator.await_idle(msg.reply);
+        self.apply(effects, ctx);
+    }
+}
+
+impl Handler<Close> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Close, ctx: &mut Self::Context) {
+        let effects = self.coordinator.close();
+        self.apply(effects, ctx);
+    }
+}
+
+impl Handler<Fence> for SessionActor {
+    type Result = ();
+
+    /// This node lost its lease: it owns nothing any more. The drain is dropped (cancelled)
+    /// without recording anything, the claim stays for the node that takes the session over.
+    fn handle(&mut self, _: Fence, ctx: &mut Self::Context) {
+        self.fenced = true;
+        ctx.stop();
+    }
+}
