@@ -5,7 +5,8 @@
 //! turns at concurrency 1, 64 and 1,000, group commit on and off), `latency` (wake → drain start
 //! and whole-turn p50/p99), `sweep` (restart sweep of 10,000 claimed sessions among 100,000),
 //! `memory` (RSS per idle live actor, and after passivation), `events` (replay of 1,000,000
-//! stored events). No scenario named runs them all.
+//! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP).
+//! No scenario named runs them all.
 //!
 //! Every scenario repeats [`REPEATS`] times and measures its own baseline in the same run, so
 //! its figures are ratios that survive a noisy machine. The table goes to stdout and the same
@@ -33,6 +34,12 @@ mod memory;
 mod report;
 #[path = "runtime/runners.rs"]
 mod runners;
+#[cfg(feature = "http")]
+#[path = "runtime/sse.rs"]
+mod sse;
+#[cfg(feature = "http")]
+#[path = "runtime/sse_server.rs"]
+mod sse_server;
 #[path = "runtime/sweep.rs"]
 mod sweep;
 #[path = "runtime/turns.rs"]
@@ -52,7 +59,9 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 pub const REPEATS: usize = 3;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 6] = ["ceiling", "turns", "latency", "sweep", "memory", "events"];
+const SCENARIOS: [&str; 7] = [
+    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse",
+];
 
 /// What every scenario is given.
 #[derive(Debug)]
@@ -106,6 +115,8 @@ fn run_scenario(name: &str, ctx: &Ctx) -> BenchResult<Vec<Row>> {
         "sweep" => sweep::run(ctx),
         "memory" => memory::run(ctx),
         "events" => events::run(ctx),
+        #[cfg(feature = "http")]
+        "sse" => sse::run(ctx),
         other => Err(format!("unknown scenario {other}").into()),
     }
 }

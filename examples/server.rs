@@ -34,98 +34,59 @@ use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use actix_web::{web, App, HttpServer};
+use actix_web::{web, App};
+use clap::Parser;
 use durable_sessions::http::{self, HttpOptions};
 use durable_sessions::{Delivery, Message, MessageId, RunError, Runner, Runtime, Turn};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
 
-const USAGE: &str = "\
-durable-sessions demo server: the HTTP/SSE API over an echo agent
-
-USAGE:
-    cargo run --release --example server -- [OPTIONS]
-
-OPTIONS:
-    --addr <host:port>            address to bind [default: 127.0.0.1:8080]
-    --db <path|url>               SQLite file [default: ./durable-sessions.db], or a
-                                  postgres://… URL shared by several nodes (built with
-                                  `--features postgres`)
-    --node-name <name>            this node's name, with PostgreSQL [default: host-pid]
-    --lease-ms <ms>               this node's lease, with PostgreSQL [default: 10000]
-    --token <token>               require `Authorization: Bearer <token>` on every route but
-                                  /healthz [env: DURABLE_SESSIONS_TOKEN]
-    --max-resume-attempts <n>     restart-resumes per turn before it is aborted [default: 10]
-    --word-delay-ms <ms>          the echo agent's delay per word [default: 200]
-    -h, --help                    print this help
-";
-
 type Fallible<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-/// The command line.
-#[derive(Debug)]
+/// durable-sessions demo server: the HTTP/SSE API (and the console at /console) over an echo
+/// agent.
+#[derive(Debug, Parser)]
+#[command(name = "server", version)]
 struct Args {
+    /// Address to bind, as host:port.
+    #[arg(long, default_value = "127.0.0.1:8080")]
     addr: String,
+    /// The SQLite database file, or a postgres://… URL shared by several nodes (built with
+    /// `--features postgres`).
+    #[arg(long, default_value = "durable-sessions.db")]
     db: PathBuf,
+    /// This node's name, with PostgreSQL [default: host-pid].
+    #[arg(long = "node-name")]
     node_name: Option<String>,
-    lease: Duration,
+    /// This node's lease in milliseconds, with PostgreSQL.
+    #[arg(long = "lease-ms", default_value_t = 10_000, value_name = "MS")]
+    lease_ms: u64,
+    /// Require `Authorization: Bearer <token>` on every route but /healthz and the console page.
+    #[arg(long, env = "DURABLE_SESSIONS_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Allow cross-origin calls (CORS) from this web origin, e.g. http://localhost:5173;
+    /// repeat for more.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    cors_origins: Vec<String>,
+    /// Restart-resumes per turn before it is aborted.
+    #[arg(long, default_value_t = 10)]
     max_resume_attempts: u32,
-    word_delay: Duration,
+    /// The echo agent's delay per word, in milliseconds.
+    #[arg(long = "word-delay-ms", default_value_t = 200, value_name = "MS")]
+    word_delay_ms: u64,
+    /// How long a request body may take to arrive, in milliseconds (408 after).
+    #[arg(long = "body-timeout-ms", default_value_t = 5000, value_name = "MS")]
+    body_timeout_ms: u64,
 }
 
-/// Parses `--flag value` and `--flag=value`; `None` when help was asked for.
-fn parse_args(mut argv: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
-    let mut args = Args {
-        addr: "127.0.0.1:8080".into(),
-        db: PathBuf::from("durable-sessions.db"),
-        node_name: None,
-        lease: Duration::from_secs(10),
-        token: std::env::var("DURABLE_SESSIONS_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty()),
-        max_resume_attempts: 10,
-        word_delay: Duration::from_millis(200),
-    };
-    while let Some(arg) = argv.next() {
-        let (flag, inline) = match arg.split_once('=') {
-            Some((flag, value)) if flag.starts_with("--") => (flag.to_owned(), Some(value.into())),
-            _ => (arg, None),
-        };
-        if flag == "-h" || flag == "--help" {
-            return Ok(None);
-        }
-        let mut value = || {
-            inline
-                .clone()
-                .or_else(|| argv.next())
-                .ok_or_else(|| format!("{flag} needs a value"))
-        };
-        match flag.as_str() {
-            "--addr" => args.addr = value()?,
-            "--db" => args.db = PathBuf::from(value()?),
-            "--node-name" => args.node_name = Some(value()?),
-            "--lease-ms" => {
-                let ms: u64 = value()?.parse().map_err(|e| format!("--lease-ms: {e}"))?;
-                args.lease = Duration::from_millis(ms);
-            }
-            "--token" => args.token = Some(value()?).filter(|t| !t.is_empty()),
-            "--max-resume-attempts" => {
-                args.max_resume_attempts = value()?
-                    .parse()
-                    .map_err(|e| format!("--max-resume-attempts: {e}"))?;
-            }
-            "--word-delay-ms" => {
-                let ms: u64 = value()?
-                    .parse()
-                    .map_err(|e| format!("--word-delay-ms: {e}"))?;
-                args.word_delay = Duration::from_millis(ms);
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    Ok(Some(args))
+/// Writes a line to stdout, ignoring a closed stdout (`server | head -1`): the server's life
+/// never depends on its output.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($arg)*);
+    }};
 }
 
 /// The demo runner (see the module docs).
@@ -250,20 +211,21 @@ fn print_banner(addr: SocketAddr, args: &Args) {
     } else {
         ""
     };
-    println!("listening on {base}");
-    println!(
+    say!("listening on {base}");
+    say!("the console: {base}/console");
+    say!(
         "database {} (pid {}, word delay {} ms, max resume attempts {})",
         args.db.display(),
         std::process::id(),
-        args.word_delay.as_millis(),
+        args.word_delay_ms,
         args.max_resume_attempts
     );
-    println!(
+    say!(
         "\nTry, in a second terminal:\n\
-         \x20 curl -s{auth} -X POST {base}/sessions -d '{{\"id\": \"demo\"}}'\n\
+         \x20 curl -s{auth} -X POST {base}/sessions -H 'content-type: application/json' -d '{{\"id\": \"demo\"}}'\n\
          \x20 curl -N{auth} {base}/sessions/demo/events          # watch; keep it open\n\
          and in a third:\n\
-         \x20 curl -s{auth} -X POST {base}/sessions/demo/prompt -d '{{\"text\": \"the quick brown fox jumps over the lazy dog\"}}'\n\
+         \x20 curl -s{auth} -X POST {base}/sessions/demo/prompt -H 'content-type: application/json' -d '{{\"text\": \"the quick brown fox jumps over the lazy dog\"}}'\n\
          \x20 curl -s{auth} -X POST {base}/sessions/demo/interrupt\n\
          \x20 curl -s{auth} '{base}/sessions/demo/messages?order=asc'\n\
          \x20 curl -s{auth} {base}/stats\n\
@@ -272,9 +234,7 @@ fn print_banner(addr: SocketAddr, args: &Args) {
         pid = std::process::id(),
     );
     if args.token.is_none() && !addr.ip().is_loopback() {
-        println!(
-            "warning: listening on {addr} without a token; anyone who can reach it can use it"
-        );
+        say!("warning: listening on {addr} without a token; anyone who can reach it can use it");
     }
 }
 
@@ -302,9 +262,18 @@ fn stop_signal() -> std::io::Result<LocalBoxFuture<'static, ()>> {
 /// binds), so a busy port fails before the runtime touches the database.
 fn listen_on(addr: &str) -> Fallible<Vec<TcpListener>> {
     let fail = |e: std::io::Error| format!("cannot listen on {addr}: {e}");
+    let port = addr.rsplit_once(':').map(|(_, port)| port.parse::<u16>());
+    if !matches!(port, Some(Ok(_))) {
+        return Err(
+            format!("cannot listen on {addr:?}: expected host:port, e.g. 127.0.0.1:8080").into(),
+        );
+    }
     let mut listeners = Vec::new();
     let mut error = None;
-    for socket in addr.to_socket_addrs().map_err(fail)? {
+    let sockets = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot listen on {addr}: cannot resolve its host: {e}"))?;
+    for socket in sockets {
         match TcpListener::bind(socket) {
             Ok(listener) => listeners.push(listener),
             Err(e) => error = Some(e),
@@ -319,47 +288,59 @@ fn listen_on(addr: &str) -> Fallible<Vec<TcpListener>> {
 
 async fn run(args: Args) -> Fallible {
     let listeners = listen_on(&args.addr)?;
-    let mut builder = Runtime::builder().database(&args.db).lease(args.lease);
+    if args.db.is_dir() {
+        return Err(format!(
+            "cannot open the database {}: it is a directory",
+            args.db.display()
+        )
+        .into());
+    }
+    let mut builder = Runtime::builder()
+        .database(&args.db)
+        .lease(Duration::from_millis(args.lease_ms));
     if let Some(name) = &args.node_name {
         builder = builder.node_name(name);
     }
     let runtime = builder
         .runner(EchoAgent {
-            word_delay: args.word_delay,
+            word_delay: Duration::from_millis(args.word_delay_ms),
         })
         .max_resume_attempts(args.max_resume_attempts)
         .after_passivation(return_freed_memory)
         .start() // runs the restart sweep: turns a crash left behind resume now
-        .await?;
-    let options = HttpOptions::new().token(args.token.clone());
+        .await
+        .map_err(|e| format!("cannot open the database {}: {e}", args.db.display()))?;
+    let mut options = HttpOptions::new()
+        .token(args.token.clone())
+        .body_timeout(Duration::from_millis(args.body_timeout_ms));
+    for origin in &args.cors_origins {
+        options = options.cors_origin(origin);
+    }
     let app_runtime = runtime.clone();
-    let mut server = HttpServer::new(move || {
+    let addr = listeners
+        .first()
+        .and_then(|l| l.local_addr().ok())
+        .ok_or("bound to no address")?;
+    // `http::serve`: actix-web's HTTP/1.1 service with JSON bodies on the HTTP layer's own
+    // errors, and a client that hangs up noticed at once. Signals are handled below, so the
+    // runtime shuts down after the server; event streams never end on their own, hence the
+    // short shutdown timeout.
+    let server = http::serve(listeners, &http::ServeOptions::default(), move || {
         App::new()
             .configure(http::configure(app_runtime.clone(), options.clone()))
             .default_service(web::to(http::not_found))
-    })
-    .disable_signals() // handled below, so the runtime shuts down after the server
-    .shutdown_timeout(2); // event streams never end on their own
-    for listener in listeners {
-        server = server.listen(listener)?;
-    }
-    let addr = server
-        .addrs()
-        .first()
-        .copied()
-        .ok_or("bound to no address")?;
-    let server = server.run();
+    })?;
     let handle = server.handle();
     let stop = stop_signal()?;
     print_banner(addr, &args);
     actix_rt::spawn(async move {
         stop.await;
-        println!("stopping: the HTTP server first, then the runtime (turns keep their claims)");
+        log::info!("stopping: the HTTP server first, then the runtime (turns keep their claims)");
         handle.stop(true).await;
     });
     server.await?;
     runtime.shutdown().await;
-    println!("stopped");
+    log::info!("stopped");
     Ok(())
 }
 
@@ -390,19 +371,10 @@ fn fix_trim_threshold() {
 fn main() {
     fix_trim_threshold();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let args = match parse_args(std::env::args().skip(1)) {
-        Ok(Some(args)) => args,
-        Ok(None) => {
-            print!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("{e}\n\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let args = Args::parse();
     if let Err(e) = actix_rt::System::new().block_on(run(args)) {
-        eprintln!("server failed: {e}");
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "server failed: {e}");
         std::process::exit(1);
     }
 }

@@ -1,29 +1,34 @@
 //! The HTTP/SSE adapter (cargo feature `http`, on by default): the session service as JSON over
-//! HTTP, and each session's event log as Server-Sent Events, on [actix-web].
+//! HTTP, each session's event log as Server-Sent Events, and an operator console, on
+//! [actix-web].
 //!
 //! [`configure`] mounts the routes on any actix-web `App`, so a service embeds them next to its
-//! own; `examples/server.rs` is a complete server.
+//! own; [`serve`] runs them the way `examples/server.rs` (a complete server) does.
 //!
 //! ```no_run
-//! use actix_web::{web, App, HttpServer};
-//! use durable_sessions::http::{self, HttpOptions};
+//! use actix_web::{web, App};
+//! use durable_sessions::http::{self, HttpOptions, ServeOptions};
 //! # use durable_sessions::Runtime;
-//! # async fn serve(runtime: Runtime) -> std::io::Result<()> {
-//! let options = HttpOptions::new().token(Some("s3cret".into()));
+//! # async fn run(runtime: Runtime) -> std::io::Result<()> {
+//! let options = HttpOptions::new()
+//!     .token(Some("s3cret".into()))
+//!     .cors_origin("https://app.example.com");
+//! let listener = std::net::TcpListener::bind("127.0.0.1:8080")?;
 //! let app_runtime = runtime.clone();
-//! HttpServer::new(move || {
+//! http::serve(vec![listener], &ServeOptions::default(), move || {
 //!     App::new()
 //!         .configure(http::configure(app_runtime.clone(), options.clone()))
 //!         .default_service(web::to(http::not_found))
-//! })
-//! .bind(("127.0.0.1", 8080))?
-//! .shutdown_timeout(2) // SSE streams never end by themselves
-//! .run()
+//! })?
 //! .await?;
 //! runtime.shutdown().await; // after the server stopped: running turns keep their claims
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! `actix_web::HttpServer` works too; [`serve`] adds JSON bodies on the errors actix-http
+//! answers by itself (400 on bad framing, 408, 431) and releases an event stream as soon as its
+//! client hangs up (`HttpServer::h1_allow_half_closed(false)` does the latter).
 //!
 //! # Routes
 //!
@@ -32,20 +37,28 @@
 //! | `POST /sessions` | `{id?, parent_id?, title?, directory?, agent?, model?}` | 201 the new [`SessionInfo`], 200 the stored one if `id` exists |
 //! | `GET /sessions` | `?directory=&search=&limit=&order=asc\|desc&anchor_id=&anchor_time=&direction=previous\|next&parent_id=&top_level=true` | 200 `[SessionInfo]` |
 //! | `GET /sessions/{id}` | | 200 [`SessionInfo`], 404 |
+//! | `GET /sessions/{id}/status` | | 200 `{session, claimed, claim_age_ms, running, last_seq, last_terminal}` |
 //! | `POST /sessions/{id}/prompt` | `{id?, text, delivery?: "steer"\|"queue", resume?: bool}` (or `prompt` instead of `text`) | 202 the [`Admission`], 404, 409 |
 //! | `POST /sessions/{id}/interrupt` | | 200 `{"interrupted": bool}`, 404 |
 //! | `POST /sessions/{id}/resume` | | 200 how the turn ended: a [`Terminal`] such as `{"type": "succeeded"}` |
 //! | `GET /sessions/{id}/messages` | `?limit=&order=asc\|desc&cursor=<message id>&direction=previous\|next` | 200 `[Message]` |
 //! | `GET /sessions/{id}/messages/{message_id}` | | 200 [`Message`], 404 |
-//! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID` | `text/event-stream` |
+//! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID`, `?ticket=` | `text/event-stream` |
+//! | `POST /sessions/{id}/events/ticket` | | 200 `{ticket, expires_at, expires_in_ms}` |
+//! | `GET /events` | `?ticket=` | `text/event-stream`: every session's events, live only |
+//! | `POST /events/ticket` | | 200 a ticket for `GET /events` |
 //! | `GET /healthz` | | 200 `{"status": "ok"}` (never needs the token) |
-//! | `GET /stats` | | 200 `{sessions_live, claimed, oldest_claim_age_ms, active_turns, transactions_committed, largest_batch, write_requests, failed_write_requests, actors_started, actors_replaced}` |
+//! | `GET /stats` | | 200 `{sessions_live, claimed, oldest_claim_age_ms, active_turns, transactions_committed, largest_batch, write_requests, failed_write_requests, actors_started, actors_replaced, event_streams}` |
+//! | `GET /console` | | the operator console (an HTML page; see below) |
 //!
-//! Bodies are JSON (any `Content-Type` is accepted, so `curl -d` works; an empty body reads as
-//! `{}`); unknown body fields are rejected, unknown query parameters ignored. `text` becomes the
-//! prompt `{"text": text}`; `prompt` passes a JSON object or string through as is. Listings
+//! `HEAD` works on every `GET` route. Bodies are JSON and must say so: a request with a body
+//! needs `Content-Type: application/json` (415 otherwise; an empty body reads as `{}` and needs
+//! no type). Unknown body fields are rejected, unknown query parameters ignored. `text` becomes
+//! the prompt `{"text": text}`; `prompt` passes a JSON object or string through as is. Listings
 //! are plain arrays: the next page's anchor is the last session's `id` and `time_created` (or
-//! the last message's `id` as `cursor`).
+//! the last message's `id` as `cursor`). A body must arrive within
+//! [`HttpOptions::body_timeout`] (5 s) of the headers, or the answer is 408. Path segments are
+//! percent-decoded; one that does not decode to UTF-8 is 400.
 //!
 //! # Server-Sent Events
 //!
@@ -60,21 +73,50 @@
 //! ```
 //!
 //! `id:` is the event's seq, `event:` its wire name, and `data:` the **whole** [`EventRecord`]
-//! (`session_id`, `seq`, `type`, `data`, `time`) on one line. The starting point is the
-//! `Last-Event-ID` header when a client sends one (an `EventSource` reconnecting: it wins over
-//! `after`, which is what the original URL still carries), else `after`, else the start of the
-//! log; a malformed `Last-Event-ID` is 400. The stream opens with a `retry:` hint and a
-//! comment, sends a `: keep-alive` comment after [`HttpOptions::keep_alive`] without events,
-//! and ends when the runtime shuts down (or with an `event: error` frame on a store fault; a
-//! client reconnects with `Last-Event-ID` and loses nothing).
+//! (`session_id`, `seq`, `type`, `data`, `time`) on one line. Every frame is named, so a
+//! browser's `EventSource.onmessage` never fires: listen with `addEventListener(name, …)`. The
+//! starting point is the `Last-Event-ID` header when a client sends one (an `EventSource`
+//! reconnecting: it wins over `after`, which is what the original URL still carries), else
+//! `after`, else the start of the log; a malformed `Last-Event-ID`, or a start past the end of
+//! the log (an id kept from another database), is 400. The stream opens with a `retry:` hint
+//! and a comment, sends a `: keep-alive` comment after [`HttpOptions::keep_alive`] without
+//! events, and ends when the runtime shuts down (or with an `event: stream.error` frame on a
+//! store fault; a client reconnects with `Last-Event-ID` and loses nothing). Streams need
+//! HTTP/1.1: over HTTP/1.0 the answer is 505.
 //!
-//! # Errors and the token
+//! Streams scale per session: the runtime routes each committed event only to the streams of
+//! its session (one dispatcher thread per runtime), so a stream of a silent session costs no
+//! CPU, only its connection's memory; a stream that falls behind re-reads from the store.
+//!
+//! # Errors, the token, tickets and browsers
 //!
 //! Every error is JSON `{"error": {"type", "message"}}`; [`ApiError`] lists the statuses. With
-//! [`HttpOptions::token`] set, every route except `GET /healthz` (kept open for liveness probes;
-//! it reveals nothing) requires `Authorization: Bearer <token>` and answers 401 without it.
-//! (A browser's `EventSource` cannot send that header; behind a token, read the event stream
-//! with a `fetch`-based SSE client.)
+//! [`HttpOptions::token`] set, every route except `GET /healthz` (kept open for liveness probes)
+//! and the console's page requires `Authorization: Bearer <token>` and answers 401 without it
+//! (compared in constant time).
+//!
+//! A browser's `EventSource` cannot send that header, and the token must not go into URLs (they
+//! end up in logs and histories). Instead, `POST /sessions/{id}/events/ticket` (with the token)
+//! answers a **ticket**: signed (HMAC-SHA256 under a key drawn at random when the process
+//! starts), valid for that one session's stream and for [`HttpOptions::ticket_ttl`] (60 s), and
+//! accepted as `?ticket=` on `GET /sessions/{id}/events` only (`POST /events/ticket` likewise
+//! for `GET /events`). A client whose ticket expired asks for a new one before reconnecting.
+//!
+//! Cross-site requests: a request with an `Origin` header is refused (403 `origin_not_allowed`)
+//! unless the origin is the server's own (the `Host` it was sent to) or one allowed with
+//! [`HttpOptions::cors_origin`]; for allowed origins, CORS preflights are answered and responses
+//! carry `Access-Control-Allow-Origin` (`actix-cors`). Together with the JSON content type,
+//! this keeps a page of another site from posting a prompt to a token-less server on
+//! `127.0.0.1`.
+//!
+//! # The console
+//!
+//! `GET /console` ([`HttpOptions::console`], on by default) serves one self-contained page,
+//! embedded in the binary: the sessions list (title, directory, claimed or idle, the running
+//! turn and its age, resume attempts, last terminal), updated live from `GET /events`; a
+//! session's transcript and event log (replayed, then followed) with prompt, interrupt and
+//! resume buttons; the `/stats` figures. It uses only the routes above, with the token typed
+//! into it and tickets for its event streams; the page itself holds no data.
 //!
 //! [actix-web]: https://actix.rs
 //! [`SessionInfo`]: crate::SessionInfo
@@ -83,22 +125,25 @@
 //! [`Message`]: crate::Message
 //! [`EventRecord`]: crate::EventRecord
 
+mod console;
 mod error;
 mod events;
 mod extract;
+mod guard;
+mod serve;
 mod sessions;
+mod ticket;
 
 use std::time::Duration;
 
-use actix_web::body::BoxBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::{header, StatusCode};
-use actix_web::middleware::{from_fn, Next};
-use actix_web::{web, HttpRequest, HttpResponse, ResponseError};
+use actix_web::http::StatusCode;
+use actix_web::middleware::from_fn;
+use actix_web::{guard as route_guard, web, HttpRequest, HttpResponse, ResponseError};
 
 use crate::runtime::Runtime;
 
 pub use error::ApiError;
+pub use serve::{serve, JsonErrors, ServeOptions};
 
 /// Options of the HTTP adapter.
 #[derive(Clone)]
@@ -106,6 +151,10 @@ pub struct HttpOptions {
     token: Option<String>,
     max_body_bytes: usize,
     keep_alive: Duration,
+    body_timeout: Duration,
+    cors_origins: Vec<String>,
+    ticket_ttl: Duration,
+    console: bool,
 }
 
 impl std::fmt::Debug for HttpOptions {
@@ -114,6 +163,10 @@ impl std::fmt::Debug for HttpOptions {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("max_body_bytes", &self.max_body_bytes)
             .field("keep_alive", &self.keep_alive)
+            .field("body_timeout", &self.body_timeout)
+            .field("cors_origins", &self.cors_origins)
+            .field("ticket_ttl", &self.ticket_ttl)
+            .field("console", &self.console)
             .finish()
     }
 }
@@ -124,18 +177,23 @@ impl Default for HttpOptions {
             token: None,
             max_body_bytes: 2 * 1024 * 1024,
             keep_alive: Duration::from_secs(15),
+            body_timeout: Duration::from_secs(5),
+            cors_origins: Vec::new(),
+            ticket_ttl: Duration::from_secs(60),
+            console: true,
         }
     }
 }
 
 impl HttpOptions {
-    /// The defaults: no token, 2 MiB bodies, a keep-alive comment every 15 s.
+    /// The defaults: no token, 2 MiB bodies read within 5 s, a keep-alive comment every 15 s,
+    /// no cross-origin caller allowed, 60 s event-stream tickets, the console served.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The bearer token every route but `GET /healthz` requires; `None` (the default) leaves
-    /// the routes open. An empty token counts as none.
+    /// The bearer token every route but `GET /healthz` (and the console's page) requires;
+    /// `None` (the default) leaves the routes open. An empty token counts as none.
     pub fn token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.is_empty());
         self
@@ -153,12 +211,51 @@ impl HttpOptions {
         self.keep_alive = every.max(Duration::from_millis(10));
         self
     }
+
+    /// How long a request body may take to arrive, once the headers have: a slower (or never
+    /// finished) body is answered 408 and its connection closed. Default 5 s. (Slow *headers*
+    /// are actix-web's `HttpServer::client_request_timeout`, also 5 s by default.)
+    pub fn body_timeout(mut self, timeout: Duration) -> Self {
+        self.body_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Allows cross-origin calls from a web page served by `origin` (`scheme://host[:port]`,
+    /// exactly as browsers send it in `Origin`), with CORS: preflights are answered and the
+    /// responses carry `Access-Control-Allow-Origin`. Call it once per origin. By default no
+    /// other origin is allowed, and a request whose `Origin` is neither allowed nor the
+    /// server's own is refused with 403.
+    pub fn cors_origin(mut self, origin: impl Into<String>) -> Self {
+        let origin = origin.into().trim_end_matches('/').to_owned();
+        if !origin.is_empty() && !self.cors_origins.contains(&origin) {
+            self.cors_origins.push(origin);
+        }
+        self
+    }
+
+    /// How long an event-stream ticket (`POST /sessions/{id}/events/ticket`) stays valid.
+    /// Default 60 s.
+    pub fn ticket_ttl(mut self, ttl: Duration) -> Self {
+        self.ticket_ttl = ttl;
+        self
+    }
+
+    /// Whether `GET /console` serves the operator console. Default `true`.
+    pub fn console(mut self, serve: bool) -> Self {
+        self.console = serve;
+        self
+    }
 }
 
 /// What every handler shares (resource-level app data, private to these routes).
 pub(crate) struct State {
     runtime: Runtime,
     options: HttpOptions,
+}
+
+/// `GET`, and `HEAD` answered by the same handler (actix-web sends no body for `HEAD`).
+fn get_or_head() -> actix_web::Route {
+    web::route().guard(route_guard::Any(route_guard::Get()).or(route_guard::Head()))
 }
 
 /// Mounts the routes (see the module docs) on an actix-web `App` or scope:
@@ -168,33 +265,47 @@ pub(crate) struct State {
 /// and data without clashing. Call it once per worker (inside `HttpServer::new`'s factory).
 pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
+        let serve_console = options.console;
         let state = web::Data::new(State { runtime, options });
+        let open = |path: &str| {
+            web::resource(path)
+                .app_data(state.clone())
+                .wrap(guard::cors(&state.options))
+                .wrap(from_fn(guard::screen))
+                .default_service(web::to(method_not_allowed))
+        };
         let guarded = |path: &str| {
             web::resource(path)
                 .app_data(state.clone())
-                .wrap(from_fn(authorize))
+                .wrap(from_fn(guard::authorize))
+                .wrap(guard::cors(&state.options))
+                .wrap(from_fn(guard::screen))
                 .default_service(web::to(method_not_allowed))
         };
-        cfg.service(
-            web::resource("/healthz")
-                .route(web::get().to(sessions::healthz))
-                .default_service(web::to(method_not_allowed)),
-        )
-        .service(guarded("/stats").route(web::get().to(sessions::stats)))
-        .service(
-            guarded("/sessions")
-                .route(web::post().to(sessions::create))
-                .route(web::get().to(sessions::list)),
-        )
-        .service(guarded("/sessions/{id}").route(web::get().to(sessions::get)))
-        .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
-        .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))
-        .service(guarded("/sessions/{id}/resume").route(web::post().to(sessions::resume)))
-        .service(guarded("/sessions/{id}/messages").route(web::get().to(sessions::messages)))
-        .service(
-            guarded("/sessions/{id}/messages/{message_id}").route(web::get().to(sessions::message)),
-        )
-        .service(guarded("/sessions/{id}/events").route(web::get().to(events::events)));
+        cfg.service(open("/healthz").route(get_or_head().to(sessions::healthz)))
+            .service(guarded("/stats").route(get_or_head().to(sessions::stats)))
+            .service(
+                guarded("/sessions")
+                    .route(web::post().to(sessions::create))
+                    .route(get_or_head().to(sessions::list)),
+            )
+            .service(guarded("/sessions/{id}").route(get_or_head().to(sessions::get)))
+            .service(guarded("/sessions/{id}/status").route(get_or_head().to(sessions::status)))
+            .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
+            .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))
+            .service(guarded("/sessions/{id}/resume").route(web::post().to(sessions::resume)))
+            .service(guarded("/sessions/{id}/messages").route(get_or_head().to(sessions::messages)))
+            .service(
+                guarded("/sessions/{id}/messages/{message_id}")
+                    .route(get_or_head().to(sessions::message)),
+            )
+            .service(guarded("/sessions/{id}/events").route(get_or_head().to(events::events)))
+            .service(guarded("/sessions/{id}/events/ticket").route(web::post().to(events::ticket)))
+            .service(guarded("/events").route(get_or_head().to(events::feed)))
+            .service(guarded("/events/ticket").route(web::post().to(events::feed_ticket)));
+        if serve_console {
+            cfg.service(open("/console").route(get_or_head().to(console::page)));
+        }
     }
 }
 
@@ -210,52 +321,4 @@ async fn method_not_allowed(req: HttpRequest) -> HttpResponse {
         format!("{} is not allowed on {}", req.method(), req.path()),
     )
     .error_response()
-}
-
-/// Whether two byte strings are equal, in time independent of where they differ.
-fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Whether the request carries `Authorization: Bearer <token>`.
-fn authorized(req: &ServiceRequest, token: &str) -> bool {
-    req.headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            let (scheme, credentials) = v.trim().split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| credentials.trim())
-        })
-        .is_some_and(|given| same(given.as_bytes(), token.as_bytes()))
-}
-
-/// The token guard of every route but `/healthz`.
-async fn authorize(
-    req: ServiceRequest,
-    next: Next<BoxBody>,
-) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
-    let token = req
-        .app_data::<web::Data<State>>()
-        .and_then(|state| state.options.token.clone());
-    match token {
-        Some(token) if !authorized(&req, &token) => {
-            Ok(req.into_response(ApiError::unauthorized().error_response()))
-        }
-        _ => next.call(req).await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::same;
-
-    #[test]
-    fn compares_tokens() {
-        assert!(same(b"abc", b"abc"));
-        assert!(!same(b"abc", b"abd"));
-        assert!(!same(b"abc", b"abcd"));
-        assert!(!same(b"", b"a"));
-    }
 }

@@ -146,16 +146,18 @@
 //!   journal and its session.
 //! - `runner`: the [`Runner`] trait you implement.
 //! - `service`: [`Sessions`], the session service: create, list, prompt admission, interrupt
-//!   and resume, transcripts and replay-then-live event streams; every input is validated before
-//!   anything is read or written.
+//!   and resume, transcripts and replay-then-live event streams (fed per session by one
+//!   dispatcher per runtime, `service::fanout`); every input is validated before anything is
+//!   read or written.
 //! - `execution`: [`Execution`], the handle that starts, wakes, interrupts and awaits turns by
 //!   messaging session actors.
 //! - `runtime`: [`Runtime`] and [`RuntimeBuilder`]: take the owner lock, open the journal,
 //!   start the arbiters and the registry, run the sweep, shut down gracefully. Each handle holds
 //!   only what it uses: [`Sessions`] the journal, an [`Execution`] and the configuration;
 //!   [`Execution`] the registry and what a session actor is built with.
-//! - `http` (feature `http`): the actix-web adapter: the session service as JSON routes and each
-//!   session's event log as Server-Sent Events.
+//! - `http` (feature `http`): the actix-web adapter: the session service as JSON routes, each
+//!   session's event log as Server-Sent Events (tickets for browsers), CORS, and the operator
+//!   console at `/console`.
 //! - `lock` (internal): the exclusive OS lock on `<database>.lock` that makes one runtime own a
 //!   database file.
 //! - `records`: the public data types: sessions, list and transcript queries, admissions,

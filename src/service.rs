@@ -7,6 +7,7 @@
 //!   `await_idle`, `active`);
 //! - `transcript`: `messages`, `message` and `context`;
 //! - `events`: the replay-then-live [`SessionEvents`] stream;
+//! - `fanout`: the per-session routing of committed events to those streams;
 //! - `validate`: the input limits every method checks before touching the store.
 //!
 //! Every method validates its input first (an invalid input is [`Error::InvalidInput`] and
@@ -16,6 +17,7 @@
 
 mod control;
 mod events;
+mod fanout;
 mod prompt;
 mod transcript;
 mod validate;
@@ -33,6 +35,7 @@ use crate::journal::Journal;
 use crate::records::{ListQuery, SessionInfo};
 
 pub use events::SessionEvents;
+pub(crate) use fanout::Fanout;
 pub use prompt::PromptInput;
 pub use validate::{MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES};
 
@@ -96,6 +99,9 @@ pub struct Sessions {
     journal: Journal,
     execution: Execution,
     config: Arc<RuntimeConfig>,
+    /// Routes committed events to the event streams of their session (one per runtime: every
+    /// handle of the runtime shares it).
+    fanout: Arc<Fanout>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -126,10 +132,12 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 
 impl Sessions {
     pub(crate) fn new(journal: Journal, execution: Execution, config: Arc<RuntimeConfig>) -> Self {
+        let fanout = Fanout::of(&config);
         Self {
             journal,
             execution,
             config,
+            fanout,
         }
     }
 

@@ -79,8 +79,11 @@ impl Api {
 
     /// Sends `body` (raw) and returns the status and the JSON answer (`null` when empty).
     async fn call(&self, method: Method, path: &str, body: &str) -> (StatusCode, Value) {
-        let mut response = self
-            .request(method.clone(), path)
+        let mut request = self.request(method.clone(), path);
+        if !body.is_empty() {
+            request = request.insert_header(("Content-Type", "application/json"));
+        }
+        let mut response = request
             .send_body(body.to_owned())
             .await
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"));

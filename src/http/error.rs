@@ -16,13 +16,17 @@ use crate::error::{Error, StoreError};
 /// |---|---|---|
 /// | 400 | `invalid_input` | an invalid id, prompt, title, limit, query value or `Last-Event-ID` |
 /// | 400 | `malformed_json` | a body that is not JSON of the expected shape |
-/// | 401 | `unauthorized` | a bearer token is configured and the request lacks it |
+/// | 401 | `unauthorized` | a bearer token is configured and the request lacks it (or an event stream's ticket) |
+/// | 403 | `origin_not_allowed` | an `Origin` that is neither the server's own nor an allowed one |
 /// | 404 | `not_found` | an unknown session, message or route |
 /// | 405 | `method_not_allowed` | a known route with another method |
+/// | 408 | `request_timeout` | a body that did not arrive within the body timeout |
 /// | 409 | `conflict` | a prompt id reused with other content, delivery or session |
 /// | 413 | `payload_too_large` | a body over the configured limit |
+/// | 415 | `unsupported_media_type` | a body not sent as `Content-Type: application/json` |
 /// | 500 | `store` / `message_decode` / `internal` | a store fault, an undecodable stored message |
 /// | 503 | `shutting_down` | the runtime is shutting down (or has stopped) |
+/// | 505 | `http_version_not_supported` | an event stream asked for over HTTP/1.0 |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
     status: StatusCode,

@@ -1,18 +1,23 @@
 //! `GET /sessions/{id}/events`: a session's event log as Server-Sent Events, replayed from a
-//! sequence number and then followed live (see the module docs of [`super`] for the format).
+//! sequence number and then followed live (see the module docs of [`super`] for the format);
+//! `GET /events`: every session's events live (the console's feed); and their tickets.
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
-use actix_web::http::header;
+use actix_web::http::{header, Method, StatusCode, Version};
 use actix_web::web::{self, Bytes};
-use actix_web::{HttpRequest, HttpResponse};
+use actix_web::{HttpRequest, HttpResponse, HttpResponseBuilder};
 use serde::Deserialize;
 use serde_json::json;
 
 use super::error::ApiError;
-use super::{extract, State};
+use super::{extract, ticket, State};
 use crate::event::EventRecord;
+use crate::runtime::{EventStream, RecvError};
 use crate::service::SessionEvents;
 
 /// The request header a reconnecting `EventSource` sends.
@@ -47,7 +52,7 @@ fn start_after(req: &HttpRequest) -> Result<Option<u64>, ApiError> {
 
 /// One event as an SSE frame: `id:` its seq, `event:` its wire name, `data:` the whole
 /// [`EventRecord`] as one line of JSON.
-fn frame(event: &EventRecord) -> Bytes {
+fn encode(event: &EventRecord) -> Bytes {
     // Runner-defined names are free text; keep the frame a frame.
     let name: String = event
         .kind
@@ -61,6 +66,39 @@ fn frame(event: &EventRecord) -> Bytes {
         "id: {}\nevent: {name}\ndata: {data}\n\n",
         event.seq
     ))
+}
+
+/// Frames this worker thread encoded last, with their events.
+const RECENT_FRAMES: usize = 8;
+
+thread_local! {
+    /// A live event reaches every stream of its session as the same `Arc`: each worker encodes
+    /// it once, not once per stream (a hot session may have thousands).
+    static FRAMES: RefCell<VecDeque<(Arc<EventRecord>, Bytes)>> =
+        const { RefCell::new(VecDeque::new()) };
+}
+
+/// [`encode`], once per event and worker thread.
+fn frame(event: &Arc<EventRecord>) -> Bytes {
+    FRAMES.with(|cache| {
+        let mut cache = cache.borrow_mut();
+        if let Some((_, bytes)) = cache.iter().find(|(seen, _)| Arc::ptr_eq(seen, event)) {
+            return bytes.clone();
+        }
+        let bytes = encode(event);
+        if cache.len() == RECENT_FRAMES {
+            cache.pop_front();
+        }
+        cache.push_back((event.clone(), bytes.clone()));
+        bytes
+    })
+}
+
+/// The frame of an error that ends a stream: `event: stream.error` (not `error`, which a
+/// browser's `EventSource` reserves for its own connection errors).
+fn error_frame(kind: &str, message: &str) -> Bytes {
+    let error = json!({ "error": { "type": kind, "message": message } });
+    Bytes::from(format!("event: stream.error\ndata: {error}\n\n"))
 }
 
 /// What the response body does next.
@@ -97,29 +135,128 @@ async fn step(feed: Feed, keep_alive: Duration) -> Option<(Result<Bytes, Infalli
         Ok(Some(Ok(event))) => Some((Ok(frame(&event)), Feed::Follow(events))),
         Ok(Some(Err(e))) => {
             log::warn!("events of {}: {e}", events.session_id());
-            let error = json!({ "error": { "type": "store", "message": e.to_string() } });
-            Some((
-                Ok(Bytes::from(format!("event: error\ndata: {error}\n\n"))),
-                Feed::Done,
-            ))
+            Some((Ok(error_frame("store", &e.to_string())), Feed::Done))
         }
         Ok(None) => None,
     }
 }
 
-/// `GET /sessions/{id}/events?after=`: the SSE stream.
+/// An event-stream response's head. Streams need HTTP/1.1 (chunked transfer): an HTTP/1.0
+/// client is refused with 505 rather than sent a framing it cannot read.
+fn stream_head(req: &HttpRequest) -> Result<HttpResponseBuilder, ApiError> {
+    if req.version() < Version::HTTP_11 {
+        return Err(ApiError::new(
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "http_version_not_supported",
+            "event streams need HTTP/1.1 or later",
+        ));
+    }
+    let mut head = HttpResponse::Ok();
+    head.insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .insert_header(("X-Accel-Buffering", "no"));
+    Ok(head)
+}
+
+/// `GET /sessions/{id}/events?after=`: the SSE stream. `after` (or `Last-Event-ID`) past the
+/// end of the log is 400: such a client kept an id from another database (or invented it),
+/// and would otherwise wait for events that may never come.
 pub(super) async fn events(
     req: HttpRequest,
     state: web::Data<State>,
 ) -> Result<HttpResponse, ApiError> {
     let id = extract::session_id(&req)?;
     let after = start_after(&req)?;
-    let events = state.runtime.sessions().events(&id, after).await?;
+    let mut head = stream_head(&req)?;
+    let sessions = state.runtime.sessions();
+    if let Some(after) = after {
+        let last = sessions.last_seq(&id).await?;
+        if after > last {
+            return Err(ApiError::invalid(format!(
+                "seq {after} is past the end of the event log of session {id} (its last event \
+                 is seq {last}): was it taken from another database?"
+            )));
+        }
+    }
+    if req.method() == Method::HEAD {
+        sessions.get(&id).await?;
+        return Ok(head.finish());
+    }
+    let events = sessions.events(&id, after).await?;
     let keep_alive = state.options.keep_alive;
     let body = futures::stream::unfold(Feed::Start(events), move |feed| step(feed, keep_alive));
-    Ok(HttpResponse::Ok()
-        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
-        .insert_header((header::CACHE_CONTROL, "no-cache"))
-        .insert_header(("X-Accel-Buffering", "no"))
-        .streaming(body))
+    Ok(head.streaming(body))
+}
+
+/// `POST /sessions/{id}/events/ticket`: a short-lived ticket for this session's stream.
+pub(super) async fn ticket(
+    req: HttpRequest,
+    state: web::Data<State>,
+) -> Result<HttpResponse, ApiError> {
+    let id = extract::session_id(&req)?;
+    state.runtime.sessions().get(&id).await?;
+    Ok(ticket_response(id.as_str(), &state))
+}
+
+/// `POST /events/ticket`: a short-lived ticket for the all-sessions feed.
+pub(super) async fn feed_ticket(state: web::Data<State>) -> HttpResponse {
+    ticket_response(ticket::ALL_SESSIONS, &state)
+}
+
+fn ticket_response(scope: &str, state: &State) -> HttpResponse {
+    let ttl = state.options.ticket_ttl;
+    let (ticket, expires) = ticket::issue(scope, ttl);
+    HttpResponse::Ok().json(json!({
+        "ticket": ticket,
+        "expires_at": expires,
+        "expires_in_ms": ttl.as_millis() as u64,
+    }))
+}
+
+/// One step of the all-sessions feed.
+async fn feed_step(
+    mut events: EventStream,
+    keep_alive: Duration,
+) -> Option<(Result<Bytes, Infallible>, EventStream)> {
+    match actix_rt::time::timeout(keep_alive, events.recv()).await {
+        Err(_quiet) => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), events)),
+        Ok(Ok(event)) => {
+            let name: String = event
+                .kind
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            let data = serde_json::to_string(&*event).unwrap_or_default();
+            let frame = format!("event: {name}\ndata: {data}\n\n");
+            Some((Ok(Bytes::from(frame)), events))
+        }
+        Ok(Err(RecvError::Lagged { missed })) => {
+            let frame = format!("event: stream.lagged\ndata: {{\"missed\":{missed}}}\n\n");
+            Some((Ok(Bytes::from(frame)), events))
+        }
+        Ok(Err(_closed)) => None,
+    }
+}
+
+/// `GET /events`: every session's events as they commit, live only (no replay, no `id:`:
+/// seqs are per session). A `stream.lagged` frame says events were missed (re-read what you
+/// show). Meant for dashboards such as the console; a client of one session reads
+/// `GET /sessions/{id}/events`, which costs nothing while its session is silent.
+pub(super) async fn feed(
+    req: HttpRequest,
+    state: web::Data<State>,
+) -> Result<HttpResponse, ApiError> {
+    let mut head = stream_head(&req)?;
+    if req.method() == Method::HEAD {
+        return Ok(head.finish());
+    }
+    let events = state.runtime.subscribe();
+    let keep_alive = state.options.keep_alive;
+    let hello = futures::stream::once(async {
+        Ok::<_, Infallible>(Bytes::from_static(
+            b"retry: 1000\n: every session's events, live\n\n",
+        ))
+    });
+    let live = futures::stream::unfold(events, move |events| feed_step(events, keep_alive));
+    Ok(head.streaming(futures::StreamExt::chain(hello, live)))
 }

@@ -2,7 +2,7 @@
 //! the ids in the path. Every failure is an [`ApiError`] with a JSON body, never one of
 //! actix-web's plain-text errors.
 
-use actix_web::http::header;
+use actix_web::http::{header, StatusCode};
 use actix_web::web::{self, Bytes, BytesMut};
 use actix_web::HttpRequest;
 use futures::StreamExt;
@@ -10,12 +10,33 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::error::ApiError;
+use super::HttpOptions;
 use crate::error::Error;
 use crate::id::{MessageId, SessionId};
 
-/// Reads the whole body, failing with 413 as soon as it exceeds `limit` bytes (at once when the
+/// Reads the whole body within the configured [`super::HttpOptions::body_timeout`] (408
+/// after it), failing with 413 as soon as it exceeds the configured limit (at once when the
 /// declared `Content-Length` does).
 pub(super) async fn body(
+    req: &HttpRequest,
+    payload: web::Payload,
+    options: &HttpOptions,
+) -> Result<Bytes, ApiError> {
+    let timeout = options.body_timeout;
+    match actix_rt::time::timeout(timeout, read_body(req, payload, options.max_body_bytes)).await {
+        Ok(read) => read,
+        Err(_slow) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            format!(
+                "the request body did not arrive within {} ms",
+                timeout.as_millis()
+            ),
+        )),
+    }
+}
+
+async fn read_body(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,

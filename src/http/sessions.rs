@@ -30,7 +30,7 @@ pub(super) async fn create(
     payload: web::Payload,
     state: web::Data<State>,
 ) -> Result<HttpResponse, ApiError> {
-    let body = extract::body(&req, payload, state.options.max_body_bytes).await?;
+    let body = extract::body(&req, payload, &state.options).await?;
     let body: CreateBody = extract::json(&body)?;
     let creation = state
         .runtime
@@ -143,7 +143,7 @@ pub(super) async fn prompt(
     state: web::Data<State>,
 ) -> Result<HttpResponse, ApiError> {
     let session_id = extract::session_id(&req)?;
-    let body = extract::body(&req, payload, state.options.max_body_bytes).await?;
+    let body = extract::body(&req, payload, &state.options).await?;
     let body: PromptBody = extract::json(&body)?;
     let prompt = match (body.text, body.prompt) {
         (Some(text), None) => json!({ "text": text }),
@@ -262,5 +262,31 @@ pub(super) async fn stats(state: web::Data<State>) -> Result<HttpResponse, ApiEr
         "failed_write_requests": stats.persistence.failed_requests,
         "actors_started": stats.registry.started,
         "actors_replaced": stats.registry.replaced,
+        "event_streams": state.runtime.sessions().event_streams(),
+    })))
+}
+
+/// `GET /sessions/{id}/status`: the session with what its turns are doing: `claimed` (a turn
+/// holds the claim) and since when, `running` (a turn is in flight in this process), its
+/// newest event's seq, and its last turn terminal (an event record, or `null`).
+pub(super) async fn status(
+    req: HttpRequest,
+    state: web::Data<State>,
+) -> Result<HttpResponse, ApiError> {
+    let id = extract::session_id(&req)?;
+    let sessions = state.runtime.sessions();
+    let session = sessions.get(&id).await?;
+    let last_seq = sessions.last_seq(&id).await?;
+    let last_terminal = sessions.last_terminal(&id).await?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Ok(HttpResponse::Ok().json(json!({
+        "claimed": session.time_suspended.is_some(),
+        "claim_age_ms": session.time_suspended.map(|t| (now - t).max(0)),
+        "running": sessions.active().contains(&id),
+        "last_seq": last_seq,
+        "last_terminal": last_terminal,
+        "session": session,
     })))
 }

@@ -1,24 +1,24 @@
 //! [`SessionEvents`]: a session's durable event log replayed from a sequence number, then
 //! followed live, with no gap and no duplicate at the switch.
 //!
-//! The technique: subscribe to the bus *first*, then replay from the store in pages (seq greater
-//! than the last one yielded), then take live events of this session from the subscription,
-//! skipping any seq already yielded. Every event is committed before it is broadcast, and
-//! broadcast in commit order, so an event is either in the store when a page is read or
-//! arrives on the subscription afterwards. The bus is bounded: a subscriber that falls behind
-//! is told it lagged (the runtime never waits for it and never buffers more for it), and the
-//! stream heals itself by re-reading the missed range from the store.
+//! The technique: subscribe *first* (to this session's route of the runtime's [`super::fanout`]),
+//! then replay from the store in pages (seq greater than the last one yielded), then take live
+//! events from the subscription, skipping any seq already yielded. Every event is committed
+//! before it is broadcast, and broadcast in commit order, so an event is either in the store
+//! when a page is read or arrives on the subscription afterwards. Delivery is bounded: a stream
+//! that falls behind is cut off (the runtime never waits for it and never buffers more for
+//! it), and the stream heals itself by subscribing again and re-reading the missed range from
+//! the store. A stream of a silent session is never woken.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::Stream;
-use tokio::sync::broadcast::{self, error::RecvError};
 
+use super::fanout::{Delivery, Subscription};
 use super::Sessions;
 use crate::error::Result;
 use crate::event::EventRecord;
@@ -27,9 +27,6 @@ use crate::id::SessionId;
 /// Events read from the store per replay page.
 const REPLAY_PAGE: usize = 256;
 
-/// How often a quiet stream checks whether the runtime shut down.
-const CLOSED_POLL: Duration = Duration::from_millis(500);
-
 /// The follower's state; moved into the in-flight future while a read is pending.
 struct Follow {
     /// The service the stream reads through.
@@ -37,7 +34,7 @@ struct Follow {
     session_id: SessionId,
     /// The seq of the last event yielded (or the `after` the stream started from).
     last: Option<u64>,
-    receiver: broadcast::Receiver<Arc<EventRecord>>,
+    subscription: Subscription,
     /// Replayed events not yet yielded.
     buffer: VecDeque<Arc<EventRecord>>,
     /// Read the store before taking live events again.
@@ -46,9 +43,6 @@ struct Follow {
     closing: bool,
     /// Times the subscription lagged (or skipped a seq) and the store was re-read.
     heals: u64,
-    /// The journal's resync count when the store was last read (several nodes: other nodes
-    /// committed events this node was not told about one by one).
-    resyncs: u64,
 }
 
 type Item = Result<Arc<EventRecord>>;
@@ -61,14 +55,21 @@ impl Follow {
                 return Some(Ok(event));
             }
             if self.replay {
-                let page = self
-                    .sessions
-                    .journal
-                    .events_after(self.session_id.clone(), self.last, REPLAY_PAGE)
-                    .await;
+                // Boxed: a follower waits far longer on the live route than on the store, and
+                // its pending future should not carry the read's state all that time.
+                let page = Box::pin(self.sessions.journal.events_after(
+                    self.session_id.clone(),
+                    self.last,
+                    REPLAY_PAGE,
+                ))
+                .await;
                 match page {
                     Ok(page) => {
                         self.replay = page.len() == REPLAY_PAGE;
+                        if !self.replay && self.buffer.is_empty() && page.is_empty() {
+                            // Caught up: give back a large replay buffer before waiting.
+                            self.buffer = VecDeque::new();
+                        }
                         self.buffer.extend(page.into_iter().map(Arc::new));
                         continue;
                     }
@@ -79,22 +80,8 @@ impl Follow {
             if self.closing {
                 return None;
             }
-            match tokio::time::timeout(CLOSED_POLL, self.receiver.recv()).await {
-                Err(_quiet) => {
-                    if self.sessions.execution.is_closed() {
-                        self.closing = true;
-                        self.replay = true;
-                    }
-                    let resyncs = self.sessions.journal.resyncs();
-                    if resyncs != self.resyncs {
-                        self.resyncs = resyncs;
-                        self.replay = true;
-                    }
-                }
-                Ok(Ok(event)) => {
-                    if event.session_id != self.session_id {
-                        continue;
-                    }
+            match self.subscription.recv().await {
+                Delivery::Event(event) => {
                     let expected = self.last.map_or(0, |seq| seq + 1);
                     if event.seq < expected {
                         continue;
@@ -108,15 +95,17 @@ impl Follow {
                     self.last = Some(event.seq);
                     return Some(Ok(event));
                 }
-                Ok(Err(RecvError::Lagged(missed))) => {
+                Delivery::Lagged => {
                     log::debug!(
-                        "events of {}: subscriber lagged by {missed}; re-reading the store",
+                        "events of {}: the stream fell behind; re-reading the store",
                         self.session_id
                     );
+                    // Subscribe again before reading: nothing committed from now on is missed.
+                    self.subscription.renew();
                     self.heals += 1;
                     self.replay = true;
                 }
-                Ok(Err(RecvError::Closed)) => {
+                Delivery::Closed => {
                     self.closing = true;
                     self.replay = true;
                 }
@@ -227,24 +216,95 @@ impl Sessions {
     ) -> Result<SessionEvents> {
         // Subscribe first: everything committed from here on arrives live, everything before is
         // in the store when the first page is read.
-        let receiver = self.journal.subscribe();
+        let subscription = self.fanout.subscribe(self, session_id);
         self.require(session_id).await?;
         Ok(SessionEvents {
             idle: Some(Follow {
                 sessions: self.clone(),
                 session_id: session_id.clone(),
                 last: after,
-                receiver,
+                subscription,
                 buffer: VecDeque::new(),
                 replay: true,
                 closing: false,
                 heals: 0,
-                resyncs: self.journal.resyncs(),
             }),
             pending: None,
             session_id: session_id.clone(),
             last: after,
             heals: 0,
         })
+    }
+}
+
+impl Sessions {
+    /// The seq of the session's newest committed event (a stored session has at least its
+    /// `session.created`, seq 0). Found with a few indexed reads (doubling, then bisecting).
+    ///
+    /// # Errors
+    /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
+    /// a read fails.
+    pub async fn last_seq(&self, session_id: &SessionId) -> Result<u64> {
+        self.require(session_id).await?;
+        let exists = |seq: u64| async move {
+            let page = self
+                .journal
+                .events_after(session_id.clone(), seq.checked_sub(1), 1)
+                .await?;
+            Ok::<bool, crate::Error>(page.first().is_some_and(|e| e.seq >= seq))
+        };
+        // Seqs are contiguous from 0: find the first missing one.
+        let (mut present, mut step) = (0u64, 1u64);
+        while exists(present + step).await? {
+            present += step;
+            step = step.saturating_mul(2);
+        }
+        let mut missing = present + step;
+        while missing - present > 1 {
+            let mid = present + (missing - present) / 2;
+            if exists(mid).await? {
+                present = mid;
+            } else {
+                missing = mid;
+            }
+        }
+        Ok(present)
+    }
+
+    /// The session's most recent turn terminal (`session.execution.succeeded`, `failed` or
+    /// `interrupted`), if any: read backwards from the end of the log a page at a time.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
+    /// a read fails.
+    pub async fn last_terminal(&self, session_id: &SessionId) -> Result<Option<EventRecord>> {
+        use crate::event::kind;
+        let mut end = self.last_seq(session_id).await? + 1;
+        while end > 0 {
+            let start = end.saturating_sub(REPLAY_PAGE as u64);
+            let page = self
+                .journal
+                .events_after(session_id.clone(), start.checked_sub(1), REPLAY_PAGE)
+                .await?;
+            let terminal = page.into_iter().rev().find(|e| {
+                e.seq < end
+                    && matches!(
+                        e.kind.as_str(),
+                        kind::EXECUTION_SUCCEEDED
+                            | kind::EXECUTION_FAILED
+                            | kind::EXECUTION_INTERRUPTED
+                    )
+            });
+            if terminal.is_some() {
+                return Ok(terminal);
+            }
+            end = start;
+        }
+        Ok(None)
+    }
+
+    /// How many event streams ([`Sessions::events`]) are open on this runtime.
+    pub fn event_streams(&self) -> usize {
+        self.fanout.streams()
     }
 }

@@ -12,6 +12,8 @@ mod backend;
 mod events;
 mod harness;
 mod server;
+#[cfg(feature = "http")]
+pub mod web;
 
 #[cfg(feature = "postgres")]
 pub use backend::on_postgres;

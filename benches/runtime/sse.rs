@@ -1,0 +1,579 @@
+//! `sse`: Server-Sent Events at scale, against the HTTP adapter in a child process
+//! (`sse_server`), from a Rust client in this process (raw HTTP/1.1 on tokio sockets).
+//!
+//! Each repeat starts a fresh server and:
+//! 1. runs a fixed workload (20 sessions × 50 queued prompts, each its own turn publishing 10
+//!    events) with no event stream open, and reads the server's CPU time for it (utime + stime
+//!    from `/proc/<pid>/stat`);
+//! 2. opens 10,000 idle streams spread over 1,000 other (silent) sessions, and reads the
+//!    server's RSS before and after: RSS per idle subscriber;
+//! 3. runs the same workload again: its CPU time over the first one is the cost of idle
+//!    subscribers (target ≤ 1.2×);
+//! 4. opens 1,000 streams on one hot session and has it publish 200 events 10 ms apart (then
+//!    100 events 50 ms apart), each stamped with the publish time: publish → receive latency
+//!    over every (event, stream) pair, p50 (target ≤ 2 ms) and p99 (target ≤ 20 ms).
+//!
+//! Before 2, as many bare actix-web streaming responses are opened and closed on the same
+//! server: the RSS per connection that actix-web itself needs, the floor of the figure.
+//!
+//! `--quick`: a tenth of the subscribers and of the workload.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::report::{percentile, Row};
+use crate::sse_server::{unix_nanos, LISTENING};
+use crate::{timed, BenchResult, Ctx};
+
+const NAME: &str = "sse";
+
+/// The sizes of one run.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    idle_sessions: usize,
+    idle_per_session: usize,
+    hot_subscribers: usize,
+    hot_events: u64,
+    work_sessions: usize,
+    prompts_per_session: usize,
+    events_per_prompt: u64,
+}
+
+/// Runs the scenario.
+pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
+    raise_fd_limit();
+    let sizes = ctx.pick(
+        Sizes {
+            idle_sessions: 1_000,
+            idle_per_session: 10,
+            hot_subscribers: 1_000,
+            hot_events: 200,
+            work_sessions: 20,
+            prompts_per_session: 50,
+            events_per_prompt: 10,
+        },
+        Sizes {
+            idle_sessions: 100,
+            idle_per_session: 10,
+            hot_subscribers: 100,
+            hot_events: 50,
+            work_sessions: 10,
+            prompts_per_session: 10,
+            events_per_prompt: 10,
+        },
+    );
+    let idle = sizes.idle_sessions * sizes.idle_per_session;
+    let (mut cpu_none, mut cpu_idle, mut per_sub, mut p50, mut p99) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut per_bare = Vec::new();
+    let (mut p50_calm, mut p99_calm) = (Vec::new(), Vec::new());
+    for repeat in 0..ctx.repeats {
+        let db = ctx.dir.join(format!("sse-{repeat}.db"));
+        crate::db::remove(&db);
+        let mut server = Server::start(&db)?;
+        let figures = actix_rt::System::new().block_on(one_repeat(ctx, &mut server, sizes))?;
+        server.stop();
+        ctx.log(format_args!(
+            "sse repeat {repeat}: workload CPU {:.2} s without streams, {:.2} s with {idle} idle; \
+             {:.2} KiB RSS per idle subscriber ({:.2} per bare actix-web stream); hot p50 \
+             {:.2} ms, p99 {:.2} ms at 100/s; p50 {:.2} ms, p99 {:.2} ms at 20/s",
+            figures.cpu_none,
+            figures.cpu_idle,
+            figures.kib_per_sub,
+            figures.kib_per_bare,
+            figures.p50,
+            figures.p99,
+            figures.p50_calm,
+            figures.p99_calm
+        ));
+        cpu_none.push(figures.cpu_none);
+        cpu_idle.push(figures.cpu_idle);
+        per_sub.push(figures.kib_per_sub);
+        per_bare.push(figures.kib_per_bare);
+        p50.push(figures.p50);
+        p99.push(figures.p99);
+        p50_calm.push(figures.p50_calm);
+        p99_calm.push(figures.p99_calm);
+    }
+    let prompts = sizes.work_sessions * sizes.prompts_per_session;
+    let none = Row::new(
+        NAME,
+        format!("server CPU, {prompts} turns, no streams"),
+        "s",
+        cpu_none,
+    );
+    let idle_row = Row::new(
+        NAME,
+        format!("server CPU, {prompts} turns, {idle} idle streams"),
+        "s",
+        cpu_idle,
+    )
+    .vs(&none);
+    let ratio = idle_row.ratio().unwrap_or(f64::INFINITY);
+    let idle_row = idle_row
+        .target("<= 1.2x the same workload with none", ratio <= 1.2)
+        .note(format!(
+            "{} silent sessions x {}; each turn publishes {} events",
+            sizes.idle_sessions, sizes.idle_per_session, sizes.events_per_prompt
+        ));
+    let bare = Row::new(
+        NAME,
+        "RSS per idle bare actix-web streaming response",
+        "KiB",
+        per_bare,
+    );
+    let rss = Row::new(NAME, "RSS per idle subscriber", "KiB", per_sub).vs(&bare);
+    let met = rss.median() <= 8.0;
+    let rss = rss
+        .target("<= 8 KiB", met)
+        .note("server VmRSS after the streams opened minus before (each after malloc_trim), over their count");
+    let hot = format!(
+        "{} streams on one session, {} events at 100/s",
+        sizes.hot_subscribers, sizes.hot_events
+    );
+    let calm = format!(
+        "{} streams on one session, {} events at 20/s",
+        sizes.hot_subscribers,
+        sizes.hot_events / 2
+    );
+    let p50 = Row::new(NAME, format!("publish->receive p50, {hot}"), "ms", p50);
+    let met = p50.median() <= 2.0;
+    let p50 = p50.target("<= 2 ms", met).note(format!(
+        "with the {idle} idle streams open; t stamped before Turn::publish (commit included)"
+    ));
+    let p99 = Row::new(NAME, format!("publish->receive p99, {hot}"), "ms", p99);
+    let met = p99.median() <= 20.0;
+    let p99 = p99.target("<= 20 ms", met);
+    let p50_calm = Row::new(
+        NAME,
+        format!("publish->receive p50, {calm}"),
+        "ms",
+        p50_calm,
+    );
+    let met = p50_calm.median() <= 2.0;
+    let p50_calm = p50_calm.target("<= 2 ms", met);
+    let p99_calm = Row::new(
+        NAME,
+        format!("publish->receive p99, {calm}"),
+        "ms",
+        p99_calm,
+    );
+    let met = p99_calm.median() <= 20.0;
+    let p99_calm = p99_calm.target("<= 20 ms", met);
+    Ok(vec![
+        none, idle_row, rss, bare, p50, p99, p50_calm, p99_calm,
+    ])
+}
+
+/// Lifts this process's open-file limit to its hard limit (the client holds every stream).
+fn raise_fd_limit() {
+    #[allow(unsafe_code)]
+    // SAFETY: getrlimit/setrlimit read and write a plain struct we own.
+    unsafe {
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// The server child.
+struct Server {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    addr: SocketAddr,
+    pid: u32,
+}
+
+impl Server {
+    fn start(db: &Path) -> BenchResult<Self> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .env("DS_BENCH_CHILD", "sse-server")
+            .env("DS_BENCH_ARGS", json!({ "db": db }).to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut line = String::new();
+        let mut reader = std::io::BufReader::new(stdout);
+        while !line.starts_with(LISTENING) {
+            line.clear();
+            if std::io::BufRead::read_line(&mut reader, &mut line)? == 0 {
+                return Err("the sse server exited before listening".into());
+            }
+        }
+        let mut parts = line[LISTENING.len()..].split_whitespace();
+        let addr = parts.next().ok_or("no address")?.parse()?;
+        let pid = parts.next().ok_or("no pid")?.parse()?;
+        // Keep draining its stdout.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while std::io::BufRead::read_line(&mut reader, &mut sink).unwrap_or(0) > 0 {
+                sink.clear();
+            }
+        });
+        Ok(Self {
+            child,
+            stdin,
+            addr,
+            pid,
+        })
+    }
+
+    /// utime + stime of the server, seconds.
+    fn cpu_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
+        // Fields after the `(comm)`: state is field 3; utime and stime are fields 14 and 15.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks: f64 = [11, 12]
+            .iter()
+            .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<f64>().ok()))
+            .sum();
+        #[allow(unsafe_code)]
+        // SAFETY: sysconf reads a constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        ticks / hz
+    }
+
+    /// The server's resident set, KiB, after it gave its free memory back to the OS.
+    fn trimmed_rss_kib(&mut self) -> f64 {
+        if let Some(stdin) = self.stdin.as_mut() {
+            let _ = std::io::Write::write_all(stdin, b"trim\n");
+            let _ = std::io::Write::flush(stdin);
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        self.rss_kib()
+    }
+
+    /// The server's resident set, KiB.
+    fn rss_kib(&self) -> f64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    fn stop(mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One repeat's figures.
+struct Figures {
+    cpu_none: f64,
+    cpu_idle: f64,
+    kib_per_sub: f64,
+    kib_per_bare: f64,
+    p50: f64,
+    p99: f64,
+    p50_calm: f64,
+    p99_calm: f64,
+}
+
+async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult<Figures> {
+    // Pooled connections are dropped well before the server's 5 s keep-alive closes them.
+    let http = awc::Client::builder()
+        .connector(awc::Connector::new().conn_keep_alive(Duration::from_secs(1)))
+        .timeout(Duration::from_secs(60))
+        .finish();
+    let base = format!("http://{}", server.addr);
+    let post = |path: String, body: Value| {
+        let request = http
+            .post(format!("{base}{path}"))
+            .insert_header(("Content-Type", "application/json"));
+        async move {
+            let response = request.send_body(body.to_string()).await?;
+            if !response.status().is_success() {
+                return Err(format!("POST {path}: {}", response.status()).into());
+            }
+            BenchResult::Ok(())
+        }
+    };
+    let idle_ids: Vec<String> = (0..sizes.idle_sessions)
+        .map(|i| format!("idle-{i}"))
+        .collect();
+    let work_ids: Vec<String> = (0..sizes.work_sessions)
+        .map(|i| format!("work-{i}"))
+        .collect();
+    for id in idle_ids
+        .iter()
+        .chain(&work_ids)
+        .chain(["hot".to_owned()].iter())
+    {
+        timed(post("/sessions".into(), json!({ "id": id }))).await??;
+    }
+    // Warm up (the first turns start the session actors), then the workload alone.
+    workload(&post, &http, &base, &work_ids, 1, sizes.events_per_prompt).await?;
+    let cpu = server.cpu_seconds();
+    workload(
+        &post,
+        &http,
+        &base,
+        &work_ids,
+        sizes.prompts_per_session,
+        sizes.events_per_prompt,
+    )
+    .await?;
+    let cpu_none = server.cpu_seconds() - cpu;
+
+    // The floor: as many bare actix-web streaming responses, opened and closed first.
+    let idle_total = sizes.idle_sessions * sizes.idle_per_session;
+    let rss_before = server.trimmed_rss_kib();
+    for _ in 0..idle_total.div_ceil(200) {
+        let batch: Vec<_> = (0..200)
+            .map(|_| actix_rt::spawn(open_bare(server.addr)))
+            .collect();
+        for handle in batch {
+            let _ = handle.await;
+        }
+    }
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    let kib_per_bare = (server.trimmed_rss_kib() - rss_before) / idle_total as f64;
+    BARE.with(|b| {
+        for stream in b.borrow_mut().drain(..) {
+            drop(stream);
+        }
+    });
+    actix_rt::time::sleep(Duration::from_millis(1000)).await;
+
+    let rss_before = server.trimmed_rss_kib();
+    let mut idle_streams = Vec::with_capacity(idle_total);
+    for (i, id) in idle_ids.iter().cycle().take(idle_total).enumerate() {
+        idle_streams.push(actix_rt::spawn(subscribe(server.addr, id.clone(), None)));
+        if i % 200 == 199 {
+            wait_streams(&http, &base, i + 1).await?;
+        }
+    }
+    wait_streams(&http, &base, idle_total).await?;
+    actix_rt::time::sleep(Duration::from_millis(500)).await;
+    let kib_per_sub = (server.trimmed_rss_kib() - rss_before) / idle_total as f64;
+    ctx.log(format_args!("{idle_total} idle streams open"));
+
+    let cpu = server.cpu_seconds();
+    workload(
+        &post,
+        &http,
+        &base,
+        &work_ids,
+        sizes.prompts_per_session,
+        sizes.events_per_prompt,
+    )
+    .await?;
+    let cpu_idle = server.cpu_seconds() - cpu;
+
+    let latencies = Rc::new(RefCell::new(Vec::new()));
+    let mut hot_streams = Vec::new();
+    for _ in 0..sizes.hot_subscribers {
+        let sink = Some(latencies.clone());
+        hot_streams.push(actix_rt::spawn(subscribe(server.addr, "hot".into(), sink)));
+    }
+    wait_streams(&http, &base, idle_total + sizes.hot_subscribers).await?;
+    // Two rates: a fast token stream (100 events/s) and a calmer one (20 events/s).
+    let mut rates = Vec::new();
+    for (events, gap_ms) in [(sizes.hot_events, 10), (sizes.hot_events / 2, 50)] {
+        latencies.borrow_mut().clear();
+        let expected = sizes.hot_subscribers * events as usize;
+        let prompt = json!({ "prompt": { "events": events, "gap_ms": gap_ms } });
+        timed(post("/sessions/hot/prompt".into(), prompt)).await??;
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while latencies.borrow().len() < expected {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "hot session: {} of {expected} deliveries",
+                    latencies.borrow().len()
+                )
+                .into());
+            }
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+        let mut all = latencies.borrow().clone();
+        all.sort_by(f64::total_cmp);
+        rates.push((percentile(&all, 50.0), percentile(&all, 99.0)));
+        // Let the last turn settle before the next prompt.
+        actix_rt::time::sleep(Duration::from_millis(300)).await;
+    }
+    for stream in idle_streams.iter().chain(&hot_streams) {
+        stream.abort();
+    }
+    Ok(Figures {
+        cpu_none,
+        cpu_idle,
+        kib_per_sub,
+        kib_per_bare,
+        p50: rates[0].0,
+        p99: rates[0].1,
+        p50_calm: rates[1].0,
+        p99_calm: rates[1].1,
+    })
+}
+
+/// Queues `prompts` prompts on every work session (each runs in its own turn, publishing
+/// `events` events) and waits until every session answered all of them.
+async fn workload<P, F>(
+    post: &P,
+    http: &awc::Client,
+    base: &str,
+    sessions: &[String],
+    prompts: usize,
+    events: u64,
+) -> BenchResult<()>
+where
+    P: Fn(String, Value) -> F,
+    F: std::future::Future<Output = BenchResult<()>>,
+{
+    let mut sent = Vec::new();
+    for id in sessions {
+        for _ in 0..prompts {
+            let body = json!({ "prompt": { "events": events }, "delivery": "queue" });
+            sent.push(post(format!("/sessions/{id}/prompt"), body));
+        }
+    }
+    for result in futures::future::join_all(sent).await {
+        result?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(300);
+    for id in sessions {
+        loop {
+            let url = format!("{base}/sessions/{id}/messages?order=desc&limit=500");
+            let mut response = http.get(url).send().await?;
+            let page: Vec<Value> = response.json().limit(16 << 20).await?;
+            let (users, replies) = page
+                .iter()
+                .fold((0, 0), |(u, r), m| match m["type"].as_str() {
+                    Some("user") => (u + 1, r),
+                    Some("assistant") => (u, r + 1),
+                    _ => (u, r),
+                });
+            if replies >= users {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{id}: {replies} of {users} prompts answered").into());
+            }
+            actix_rt::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// The bare baseline's open connections (this client runs on one thread).
+    static BARE: RefCell<Vec<TcpStream>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Opens one bare streaming response and keeps its connection (in [`BARE`]) once its first
+/// bytes arrived.
+async fn open_bare(addr: SocketAddr) {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return;
+    };
+    let request = b"GET /bench/bare HTTP/1.1\r\nHost: bench\r\n\r\n";
+    if stream.write_all(request).await.is_err() {
+        return;
+    }
+    let mut buf = [0u8; 512];
+    let mut got = Vec::new();
+    while find(&got, b": bare").is_none() {
+        match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    BARE.with(|b| b.borrow_mut().push(stream));
+}
+
+/// Waits until the server counts `n` open event streams.
+async fn wait_streams(http: &awc::Client, base: &str, n: usize) -> BenchResult<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut response = http.get(format!("{base}/stats")).send().await?;
+        let stats: Value = response.json().await?;
+        let open = stats["event_streams"].as_u64().unwrap_or(0) as usize;
+        if open >= n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{open} of {n} event streams open").into());
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// One event stream on a raw connection. With a `sink`, every `bench.tick` frame's latency
+/// (receive time − its `t`, ms) goes there; without, the stream is only held open.
+async fn subscribe(addr: SocketAddr, session: String, sink: Option<Rc<RefCell<Vec<f64>>>>) {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return;
+    };
+    let _ = stream.set_nodelay(true);
+    let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: bench\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
+        return;
+    }
+    let mut buf = vec![0u8; if sink.is_some() { 16 * 1024 } else { 512 }];
+    let mut pending = Vec::new();
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let Some(sink) = &sink else {
+            continue;
+        };
+        let now = unix_nanos();
+        pending.extend_from_slice(&buf[..n]);
+        while let Some(end) = find(&pending, b"\n\n") {
+            let frame = &pending[..end];
+            if find(frame, b"event: bench.tick").is_some() {
+                if let Some(t) = tick_time(frame) {
+                    sink.borrow_mut()
+                        .push(now.saturating_sub(t) as f64 / 1_000_000.0);
+                }
+            }
+            pending.drain(..end + 2);
+        }
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The `"t":<digits>` of a tick frame.
+fn tick_time(frame: &[u8]) -> Option<u64> {
+    let at = find(frame, b"\"t\":")? + 4;
+    let digits: Vec<u8> = frame[at..]
+        .iter()
+        .copied()
+        .take_while(u8::is_ascii_digit)
+        .collect();
+    std::str::from_utf8(&digits).ok()?.parse().ok()
+}

@@ -1,0 +1,276 @@
+//! [`Fanout`]: per-session delivery of committed events to the runtime's event streams.
+//!
+//! The journal's bus is global: every subscriber of it sees every event of every session. A
+//! server with thousands of open event streams, most of them on silent sessions, would wake
+//! each of them for each event of any session. Instead, one dispatcher per runtime (a thread of
+//! its own, started with the first stream) takes the bus and hands each event only to the
+//! streams of its session, through a small bounded channel per stream. A stream of a silent
+//! session is never woken; it costs its channel and its entry in the routing table.
+//!
+//! Nothing here is durable and nothing waits for a reader: a stream whose channel is full, or
+//! every stream when the dispatcher itself lagged behind the bus, is cut off (its channel
+//! closed). The stream sees [`Delivery::Lagged`], subscribes again, and re-reads what it missed
+//! from the store, where every event is before it is broadcast.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{broadcast, mpsc};
+
+use super::Sessions;
+use crate::config::RuntimeConfig;
+use crate::event::EventRecord;
+use crate::id::SessionId;
+
+/// Events a stream may have waiting before it is cut off (and re-reads the store).
+const STREAM_BUFFER: usize = 64;
+
+/// How often the dispatcher checks, while the bus is quiet, whether the runtime shut down.
+const CLOSED_POLL: Duration = Duration::from_millis(250);
+
+/// One stream's end of its session's route.
+struct Route {
+    id: u64,
+    sender: mpsc::Sender<Arc<EventRecord>>,
+}
+
+/// What the dispatcher and the streams share.
+#[derive(Default)]
+struct Routes {
+    /// The streams of each session that has any.
+    table: Mutex<HashMap<SessionId, Vec<Route>>>,
+    /// Ids of routes (a stream that renews its route gets a new one).
+    next_id: AtomicU64,
+    /// The runtime shut down (or the bus closed): no route is added any more.
+    closed: AtomicBool,
+    /// Open subscriptions.
+    streams: AtomicUsize,
+}
+
+impl Routes {
+    fn table(&self) -> MutexGuard<'_, HashMap<SessionId, Vec<Route>>> {
+        // A panic while the lock was held leaves a table that is still consistent.
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds a route for `session`; `None` once closed.
+    fn add(&self, session: &SessionId) -> Option<(u64, mpsc::Receiver<Arc<EventRecord>>)> {
+        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut table = self.table();
+        // Checked under the lock: `close` empties the table under it too.
+        if self.closed.load(Ordering::Acquire) {
+            return None;
+        }
+        table
+            .entry(session.clone())
+            .or_default()
+            .push(Route { id, sender });
+        Some((id, receiver))
+    }
+
+    fn remove(&self, session: &SessionId, id: u64) {
+        let mut table = self.table();
+        if let Some(routes) = table.get_mut(session) {
+            routes.retain(|route| route.id != id);
+            if routes.is_empty() {
+                table.remove(session);
+            }
+        }
+    }
+
+    /// Hands `event` to its session's streams; a stream whose buffer is full is cut off.
+    fn route(&self, event: &Arc<EventRecord>) {
+        let mut table = self.table();
+        let Some(routes) = table.get_mut(&event.session_id) else {
+            return;
+        };
+        routes.retain(|route| route.sender.try_send(event.clone()).is_ok());
+        if routes.is_empty() {
+            table.remove(&event.session_id);
+        }
+    }
+
+    /// Cuts every stream off (they re-read the store); with `for_good`, no route is added again.
+    fn cut_all(&self, for_good: bool) {
+        let mut table = self.table();
+        if for_good {
+            self.closed.store(true, Ordering::Release);
+        }
+        table.clear();
+    }
+}
+
+/// The per-session event router of one runtime (see the module docs).
+#[derive(Default)]
+pub(crate) struct Fanout {
+    routes: Arc<Routes>,
+    /// Set once the dispatcher thread runs.
+    dispatcher: OnceLock<()>,
+}
+
+impl std::fmt::Debug for Fanout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fanout")
+            .field("streams", &self.streams())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The fan-out of every runtime of this process, by the identity of its configuration (every
+/// handle of a runtime shares one `Arc<RuntimeConfig>`; the weak reference keeps its address from
+/// being reused while the entry exists).
+static FANOUTS: Mutex<Vec<(Weak<RuntimeConfig>, Arc<Fanout>)>> = Mutex::new(Vec::new());
+
+impl Fanout {
+    /// The fan-out of the runtime `config` belongs to (created with its first handle).
+    pub(crate) fn of(config: &Arc<RuntimeConfig>) -> Arc<Fanout> {
+        let mut all = FANOUTS.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|(runtime, _)| runtime.strong_count() > 0);
+        if let Some((_, fanout)) = all
+            .iter()
+            .find(|(runtime, _)| std::ptr::eq(runtime.as_ptr(), Arc::as_ptr(config)))
+        {
+            return fanout.clone();
+        }
+        let fanout = Arc::new(Fanout::default());
+        all.push((Arc::downgrade(config), fanout.clone()));
+        fanout
+    }
+
+    /// Subscribes to the events of `session` committed from now on. The dispatcher is subscribed
+    /// to the bus before the route exists, so every event committed after this call is
+    /// delivered (or the stream is told it lagged).
+    pub(crate) fn subscribe(&self, sessions: &Sessions, session: &SessionId) -> Subscription {
+        self.dispatcher
+            .get_or_init(|| start(sessions, self.routes.clone()));
+        let route = self.routes.add(session);
+        self.routes.streams.fetch_add(1, Ordering::Relaxed);
+        Subscription {
+            routes: self.routes.clone(),
+            session: session.clone(),
+            route,
+        }
+    }
+
+    /// How many subscriptions are open.
+    pub(crate) fn streams(&self) -> usize {
+        self.routes.streams.load(Ordering::Relaxed)
+    }
+}
+
+/// Starts the dispatcher thread. It ends when the runtime shut down or the bus closed. When the journal resynchronizes (another node
+/// committed events this one was not told about one by one), every stream re-reads the store.
+fn start(sessions: &Sessions, routes: Arc<Routes>) {
+    let bus = sessions.journal.subscribe();
+    let journal = sessions.journal.clone();
+    let execution = sessions.execution.clone();
+    let shared = routes.clone();
+    let spawned = std::thread::Builder::new()
+        .name("ds-fanout".into())
+        .spawn(move || {
+            let watch = Watch {
+                closed: Box::new(move || execution.is_closed()),
+                resyncs: Box::new(move || journal.resyncs()),
+            };
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+            {
+                Ok(rt) => rt.block_on(dispatch(bus, watch, shared.clone())),
+                Err(e) => log::error!("event fan-out: cannot start its runtime: {e}"),
+            }
+            shared.cut_all(true);
+        });
+    if let Err(e) = spawned {
+        log::error!("event fan-out: cannot start its thread: {e}");
+        // Streams then see a closed runtime and end after replaying the store.
+        routes.cut_all(true);
+    }
+}
+
+/// What the dispatcher checks while the bus is quiet.
+struct Watch {
+    closed: Box<dyn Fn() -> bool + Send>,
+    resyncs: Box<dyn Fn() -> u64 + Send>,
+}
+
+async fn dispatch(
+    mut bus: broadcast::Receiver<Arc<EventRecord>>,
+    watch: Watch,
+    routes: Arc<Routes>,
+) {
+    let mut resyncs = (watch.resyncs)();
+    loop {
+        match tokio::time::timeout(CLOSED_POLL, bus.recv()).await {
+            Ok(Ok(event)) => routes.route(&event),
+            Ok(Err(RecvError::Lagged(missed))) => {
+                log::debug!("event fan-out lagged by {missed} events; streams re-read the store");
+                routes.cut_all(false);
+            }
+            Ok(Err(RecvError::Closed)) => return,
+            Err(_quiet) => {
+                if (watch.closed)() {
+                    return;
+                }
+                let now = (watch.resyncs)();
+                if now != resyncs {
+                    resyncs = now;
+                    routes.cut_all(false);
+                }
+            }
+        }
+    }
+}
+
+/// What [`Subscription::recv`] got.
+pub(crate) enum Delivery {
+    /// The next event of the session (possibly one already seen: streams skip those).
+    Event(Arc<EventRecord>),
+    /// Events may have been dropped for this stream: re-read the store, then [`Subscription::renew`].
+    Lagged,
+    /// The runtime shut down: nothing more will be delivered.
+    Closed,
+}
+
+/// One stream's subscription to its session's events; dropping it unsubscribes.
+pub(crate) struct Subscription {
+    routes: Arc<Routes>,
+    session: SessionId,
+    /// The route and its receiving end; `None` once closed.
+    route: Option<(u64, mpsc::Receiver<Arc<EventRecord>>)>,
+}
+
+impl Subscription {
+    /// The next delivery. Cancel-safe.
+    pub(crate) async fn recv(&mut self) -> Delivery {
+        let Some((_, receiver)) = self.route.as_mut() else {
+            return Delivery::Closed;
+        };
+        match receiver.recv().await {
+            Some(event) => Delivery::Event(event),
+            None if self.routes.closed.load(Ordering::Acquire) => Delivery::Closed,
+            None => Delivery::Lagged,
+        }
+    }
+
+    /// Replaces a cut-off route with a new one (call it before re-reading the store).
+    pub(crate) fn renew(&mut self) {
+        if let Some((id, _)) = self.route.take() {
+            self.routes.remove(&self.session, id);
+        }
+        self.route = self.routes.add(&self.session);
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some((id, _)) = self.route.take() {
+            self.routes.remove(&self.session, id);
+        }
+        self.routes.streams.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,313 @@
+//! The web-facing suites' tools: a runtime and an HTTP server on `127.0.0.1:0` in the test's
+//! actix System (configured as the server example is), an agent that streams its reply word by
+//! word, a raw TCP client for what a polite HTTP client never sends, and the `server` example
+//! as a child process.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App};
+use durable_sessions::http::{self, HttpOptions};
+use durable_sessions::{RunError, Runner, Runtime, Turn};
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+
+use super::{server_binary, WAIT};
+
+/// Promotes every pending steer prompt and answers each with `echo: <its words>`, one
+/// `agent.delta` event (`{"reply_to", "index", "word"}`) per word after `delay`, then the whole
+/// reply as one `assistant` message.
+#[derive(Clone)]
+pub struct WordAgent {
+    pub delay: Duration,
+}
+
+impl Runner for WordAgent {
+    fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
+        let delay = self.delay;
+        async move {
+            for prompt in turn.promote_steer(None).await? {
+                let text = prompt.prompt["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let mut words = vec!["echo:".to_owned()];
+                words.extend(text.split_whitespace().map(str::to_owned));
+                for (index, word) in words.iter().enumerate() {
+                    actix_rt::time::sleep(delay).await;
+                    let delta = json!({ "reply_to": prompt.id, "index": index, "word": word });
+                    turn.publish("agent.delta", delta).await?;
+                }
+                let reply = json!({ "text": words.join(" "), "reply_to": prompt.id });
+                turn.append_message("assistant", reply).await?;
+            }
+            Ok(())
+        }
+        .boxed_local()
+    }
+}
+
+/// A runtime and an HTTP server in this test's actix System.
+pub struct WebServer {
+    pub addr: SocketAddr,
+    pub runtime: Runtime,
+    server: ServerHandle,
+    _dir: TempDir,
+}
+
+impl WebServer {
+    /// Starts both, the server with `options` through `http::serve`, as the server example
+    /// does.
+    pub async fn start(options: HttpOptions, delay: Duration) -> Self {
+        let _ = env_logger::builder().is_test(true).try_init();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runtime = Runtime::builder()
+            .database(dir.path().join("web.db"))
+            .runner(WordAgent { delay })
+            .arbiters(2)
+            .shutdown_grace(Duration::from_secs(2))
+            .start()
+            .await
+            .expect("runtime starts");
+        let app_runtime = runtime.clone();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let serve = http::ServeOptions {
+            workers: Some(2),
+            shutdown_timeout: Duration::from_secs(1),
+            signals: false,
+        };
+        let server = http::serve(vec![listener], &serve, move || {
+            App::new()
+                .configure(http::configure(app_runtime.clone(), options.clone()))
+                .default_service(web::to(http::not_found))
+        })
+        .expect("serve");
+        let handle = server.handle();
+        actix_rt::spawn(server);
+        Self {
+            addr,
+            runtime,
+            server: handle,
+            _dir: dir,
+        }
+    }
+
+    pub fn base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn stop(self) {
+        self.server.stop(false).await;
+        self.runtime.shutdown().await;
+    }
+}
+
+/// A response read off a raw connection.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header names lowercased.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl RawResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body as JSON (panics, naming the response, when it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not a JSON body ({e}): {self:?}"))
+    }
+
+    /// The `error.type` of a JSON error body.
+    pub fn error_type(&self) -> String {
+        self.json()["error"]["type"]
+            .as_str()
+            .unwrap_or("<none>")
+            .to_owned()
+    }
+}
+
+/// Parses `status line, headers, body` (a `content-length` body, or what came until the
+/// connection closed or went quiet).
+fn parse(raw: &[u8]) -> RawResponse {
+    let text = String::from_utf8_lossy(raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"));
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    RawResponse {
+        status,
+        headers,
+        body: body.to_owned(),
+    }
+}
+
+/// Sends `request` as is on a new connection and reads the answer until the server closes the
+/// connection, `quiet` passes without a byte, or a complete `content-length` body arrived.
+/// Blocking: call it from `spawn_blocking` (or a thread) in async tests.
+pub fn raw(addr: SocketAddr, request: &[u8], quiet: Duration) -> RawResponse {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.write_all(request).expect("send the request");
+    read_response(&mut stream, quiet)
+}
+
+/// Reads one response off `stream` (see [`raw`]).
+pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> RawResponse {
+    stream.set_read_timeout(Some(quiet)).expect("read timeout");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = find(&got, b"\r\n\r\n") {
+            let response = parse(&got);
+            if let Some(length) = response
+                .header("content-length")
+                .and_then(|l| l.parse::<usize>().ok())
+            {
+                if got.len() >= end + 4 + length {
+                    return parse(&got[..end + 4 + length]);
+                }
+            }
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(_) => break,
+        }
+    }
+    assert!(!got.is_empty(), "no answer at all");
+    parse(&got)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `raw` on a blocking thread.
+pub async fn raw_async(addr: SocketAddr, request: String, quiet: Duration) -> RawResponse {
+    actix_rt::task::spawn_blocking(move || raw(addr, request.as_bytes(), quiet))
+        .await
+        .expect("raw client thread")
+}
+
+/// The `server` example as a child process on a free port.
+pub struct ServerChild {
+    pub child: Child,
+    pub base: String,
+    /// The stdout lines after `listening on`.
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl ServerChild {
+    /// Starts `server --addr 127.0.0.1:0 --db <db> <extra…>` and waits until it listens.
+    pub fn spawn(db: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(server_binary())
+            .args(["--addr", "127.0.0.1:0", "--db"])
+            .arg(db)
+            .args(extra)
+            .env_remove("DURABLE_SESSIONS_TOKEN")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn the server example");
+        let stdout = child.stdout.take().expect("child stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match lines.recv_timeout(left) {
+                Ok(line) => {
+                    if let Some(base) = line.strip_prefix("listening on ") {
+                        let base = base.trim().to_owned();
+                        return Self { child, base, lines };
+                    }
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("the server example did not start listening: {e}");
+                }
+            }
+        }
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.base
+            .trim_start_matches("http://")
+            .parse()
+            .expect("host:port")
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill(); // SIGKILL
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs the `server` example with `args` until it exits (it must, within [`WAIT`]); returns
+/// whether it succeeded and what it wrote to stdout and stderr.
+pub fn run_server_to_exit(args: &[&str]) -> (bool, String, String) {
+    let mut child = Command::new(server_binary())
+        .args(args)
+        .env_remove("DURABLE_SESSIONS_TOKEN")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the server example");
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server example {args:?} did not exit");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    let _ = child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut out);
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    (status.success(), out, err)
+}

@@ -1,0 +1,181 @@
+//! The `server` example as a program, run as a child process: its flags come from clap (`--help`,
+//! `DURABLE_SESSIONS_TOKEN`, repeatable `--cors-origin`), its errors name what failed (the
+//! address, the database file), and it stops on SIGTERM even when its stdout is closed
+//! (`server | head -1`).
+#![cfg(feature = "http")]
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::web::{raw_async, run_server_to_exit, ServerChild};
+use common::{server_binary, WAIT};
+
+#[test]
+fn help_lists_the_flags_and_the_token_variable() {
+    let (ok, out, err) = run_server_to_exit(&["--help"]);
+    assert!(ok, "{err}");
+    for flag in [
+        "--addr",
+        "--db",
+        "--token",
+        "DURABLE_SESSIONS_TOKEN",
+        "--cors-origin",
+        "--word-delay-ms",
+        "--body-timeout-ms",
+        "--max-resume-attempts",
+    ] {
+        assert!(out.contains(flag), "--help mentions {flag}: {out}");
+    }
+    let (ok, _, err) = run_server_to_exit(&["--no-such-flag"]);
+    assert!(!ok);
+    assert!(err.contains("--no-such-flag"), "{err}");
+}
+
+/// Each failure names what failed: a port without a host, a busy address, a directory or a
+/// file that is not a database where the database should be.
+#[test]
+fn errors_name_what_failed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("ok.db");
+    let db = db.to_str().expect("UTF-8 path");
+
+    let (ok, _, err) = run_server_to_exit(&["--addr", "8093", "--db", db]);
+    assert!(!ok);
+    assert!(err.contains("expected host:port"), "{err}");
+    assert!(err.contains("8093"), "{err}");
+
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = busy.local_addr().expect("addr").to_string();
+    let (ok, _, err) = run_server_to_exit(&["--addr", &addr, "--db", db]);
+    assert!(!ok);
+    assert!(err.contains(&addr), "names the address: {err}");
+    assert!(err.to_lowercase().contains("in use"), "{err}");
+
+    let directory = dir.path().join("a-directory");
+    std::fs::create_dir(&directory).expect("mkdir");
+    let directory = directory.to_str().expect("UTF-8");
+    let (ok, _, err) = run_server_to_exit(&["--addr", "127.0.0.1:0", "--db", directory]);
+    assert!(!ok);
+    assert!(err.contains(directory), "names the file: {err}");
+    assert!(err.contains("is a directory"), "{err}");
+
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![b'x'; 4096]).expect("write");
+    let garbage = garbage.to_str().expect("UTF-8");
+    let (ok, _, err) = run_server_to_exit(&["--addr", "127.0.0.1:0", "--db", garbage]);
+    assert!(!ok);
+    assert!(err.contains(garbage), "names the file: {err}");
+    assert!(err.contains("not a database"), "{err}");
+}
+
+/// `server | head -1`: once the reader of its stdout is gone, SIGTERM still stops the server,
+/// cleanly.
+#[test]
+fn sigterm_stops_the_server_when_its_stdout_is_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(server_binary())
+        .args(["--addr", "127.0.0.1:0", "--db"])
+        .arg(dir.path().join("x.db"))
+        .env_remove("DURABLE_SESSIONS_TOKEN")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 64];
+    let n = std::io::Read::read(&mut stdout, &mut first).expect("the first bytes");
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("listening on"));
+    drop(stdout); // `head -1` exits
+    std::thread::sleep(Duration::from_millis(200));
+    let sent = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(sent);
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("SIGTERM did not stop a server whose stdout is closed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+}
+
+/// `DURABLE_SESSIONS_TOKEN` guards the routes like `--token`; `--cors-origin` given twice allows
+/// both origins (their preflights are answered) and no other.
+#[actix_rt::test]
+async fn the_token_variable_and_repeated_cors_origins_take_effect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("x.db");
+    let server = ServerChild::spawn(
+        &db,
+        &[
+            "--cors-origin",
+            "http://one.example",
+            "--cors-origin",
+            "http://two.example:8000",
+        ],
+    );
+    let addr = server.addr();
+    for (origin, allowed) in [
+        ("http://one.example", true),
+        ("http://two.example:8000", true),
+        ("http://three.example", false),
+    ] {
+        let preflight = format!(
+            "OPTIONS /sessions HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n\
+             Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n"
+        );
+        let answer = raw_async(addr, preflight, Duration::from_secs(2)).await;
+        let allow = answer.header("access-control-allow-origin");
+        if allowed {
+            assert_eq!(answer.status, 200, "{origin}: {answer:?}");
+            assert_eq!(allow, Some(origin), "{answer:?}");
+        } else {
+            assert_eq!(answer.status, 403, "{origin}: {answer:?}");
+            assert_eq!(allow, None);
+        }
+    }
+    drop(server);
+
+    let mut child = Command::new(server_binary())
+        .args(["--addr", "127.0.0.1:0", "--db"])
+        .arg(&db)
+        .env("DURABLE_SESSIONS_TOKEN", "from-the-env")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    std::io::BufRead::read_line(&mut reader, &mut line).expect("a line");
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .trim_start_matches("listening on http://")
+        .parse()
+        .expect("the address");
+    let get =
+        |auth: &str| format!("GET /stats HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    let denied = raw_async(addr, get(""), Duration::from_secs(2)).await;
+    assert_eq!(denied.status, 401, "{denied:?}");
+    let allowed = raw_async(
+        addr,
+        get("Authorization: Bearer from-the-env\r\n"),
+        Duration::from_secs(2),
+    )
+    .await;
+    assert_eq!(allowed.status, 200, "{allowed:?}");
+    let _ = child.kill();
+    let _ = child.wait();
+}
