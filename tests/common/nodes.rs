@@ -528,11 +528,12 @@ pub struct SseEvent {
     pub data: Value,
 }
 
-/// A `GET /sessions/{id}/events` stream over HTTP/1.0 (the body is the raw stream: no chunked
-/// encoding to undo).
+/// A `GET /sessions/{id}/events` stream over HTTP/1.1 (the server refuses event streams over
+/// HTTP/1.0, which has no chunked encoding); the body's chunked encoding is undone by
+/// [`Chunked`].
 #[derive(Debug)]
 pub struct Sse {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<Chunked>,
     /// The bytes of the line being read (kept across read timeouts).
     partial: Vec<u8>,
     id: Option<u64>,
@@ -556,28 +557,32 @@ impl Sse {
             .map(|id| format!("Last-Event-ID: {id}\r\n"))
             .unwrap_or_default();
         let head = format!(
-            "GET /sessions/{session}/events{query} HTTP/1.0\r\nHost: {addr}\r\n\
+            "GET /sessions/{session}/events{query} HTTP/1.1\r\nHost: {addr}\r\n\
              Accept: text/event-stream\r\n{header}\r\n"
         );
         stream.write_all(head.as_bytes())?;
-        let mut sse = Sse {
-            reader: BufReader::new(stream),
-            partial: Vec::new(),
-            id: None,
-            kind: None,
-            data: None,
-        };
+        let mut head = BufReader::new(stream);
+        let mut partial = Vec::new();
         let deadline = Instant::now() + REQUEST_TIMEOUT;
-        let status = sse
-            .line(deadline)?
+        let status = read_line(&mut head, &mut partial, deadline)?
             .ok_or_else(|| io::Error::new(io::ErrorKind::TimedOut, "no status line"))?;
         if status.split_whitespace().nth(1) != Some("200") {
             return Err(io::Error::other(format!("stream answered {status:?}")));
         }
         // The rest of the head.
-        while let Some(line) = sse.line(deadline)? {
+        while let Some(line) = read_line(&mut head, &mut partial, deadline)? {
             if line.is_empty() {
-                return Ok(sse);
+                return Ok(Sse {
+                    reader: BufReader::new(Chunked {
+                        inner: head,
+                        left: 0,
+                        size_line: Vec::new(),
+                    }),
+                    partial,
+                    id: None,
+                    kind: None,
+                    data: None,
+                });
             }
         }
         Err(io::Error::new(io::ErrorKind::TimedOut, "no end of head"))
@@ -585,16 +590,73 @@ impl Sse {
 
     /// The next complete line (without its line end), or `None` at `deadline`.
     fn line(&mut self, deadline: Instant) -> io::Result<Option<String>> {
+        read_line(&mut self.reader, &mut self.partial, deadline)
+    }
+}
+
+/// A chunked HTTP/1.1 body read as the bytes it carries. Keeps its place across read timeouts
+/// (a `WouldBlock` or `TimedOut` from the socket passes through with nothing lost).
+#[derive(Debug)]
+pub struct Chunked {
+    inner: BufReader<TcpStream>,
+    /// Bytes left in the current chunk.
+    left: usize,
+    /// The chunk-size line read so far (or the CRLF after a chunk's data).
+    size_line: Vec<u8>,
+}
+
+impl Read for Chunked {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
-            match self.reader.read_until(b'\n', &mut self.partial) {
+            if self.left > 0 {
+                let want = buf.len().min(self.left);
+                let n = self.inner.read(&mut buf[..want])?;
+                self.left -= n;
+                return Ok(n);
+            }
+            let mut byte = [0u8; 1];
+            if self.inner.read(&mut byte)? == 0 {
+                return Ok(0);
+            }
+            self.size_line.push(byte[0]);
+            if !self.size_line.ends_with(b"\r\n") {
+                continue;
+            }
+            let line =
+                String::from_utf8_lossy(&self.size_line[..self.size_line.len() - 2]).into_owned();
+            self.size_line.clear();
+            if line.is_empty() {
+                continue; // the CRLF after a chunk's data
+            }
+            let size = line.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size, 16)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if size == 0 {
+                return Ok(0); // the last chunk
+            }
+            self.left = size;
+        }
+    }
+}
+
+/// The next complete line of `reader` (without its line end), or `None` at `deadline`; a
+/// partial line is kept in `partial` across read timeouts.
+fn read_line(
+    reader: &mut impl BufRead,
+    partial: &mut Vec<u8>,
+    deadline: Instant,
+) -> io::Result<Option<String>> {
+    {
+        loop {
+            match reader.read_until(b'\n', partial) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the stream ended",
                     ))
                 }
-                Ok(_) if self.partial.last() == Some(&b'\n') => {
-                    let mut line = std::mem::take(&mut self.partial);
+                Ok(_) if partial.last() == Some(&b'\n') => {
+                    let mut line = std::mem::take(partial);
                     line.pop();
                     if line.last() == Some(&b'\r') {
                         line.pop();
@@ -617,7 +679,9 @@ impl Sse {
             }
         }
     }
+}
 
+impl Sse {
     /// The next event, or `None` when none came before `deadline`.
     ///
     /// # Errors
