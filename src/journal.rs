@@ -19,6 +19,7 @@
 
 mod backend;
 pub(crate) mod inspect;
+mod loads;
 mod nodes;
 mod persistence;
 #[cfg(feature = "postgres")]
@@ -62,6 +63,8 @@ struct Inner {
     /// Bumped when other nodes committed events this node was not told about one by one: every
     /// live follower re-reads its session from the store.
     resyncs: std::sync::atomic::AtomicU64,
+    /// Session loads of starting actors, served in batches.
+    loads: loads::Loads,
     /// This node's membership (lease, listener), with PostgreSQL.
     #[cfg(feature = "postgres")]
     node: Option<postgres::Node>,
@@ -102,6 +105,7 @@ impl Journal {
                 persistence,
                 shared,
                 resyncs: std::sync::atomic::AtomicU64::new(0),
+                loads: loads::Loads::default(),
                 #[cfg(feature = "postgres")]
                 node: None,
             }),

@@ -139,6 +139,7 @@ impl Journal {
                 persistence,
                 shared: true,
                 resyncs: std::sync::atomic::AtomicU64::new(0),
+                loads: super::loads::Loads::default(),
                 node: Some(backend.node),
             }),
         })

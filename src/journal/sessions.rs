@@ -1,6 +1,7 @@
 //! Sessions: creating them, reading and listing their rows, and claim counts.
 
-use super::backend::{Nudge, Ownership, Store};
+use super::backend::{Nudge, Ownership};
+use super::loads::load_one;
 use super::Journal;
 use crate::error::StoreError;
 use crate::id::SessionId;
@@ -83,18 +84,13 @@ impl Journal {
     /// request. A read when one process owns the database; a write (the ownership may change)
     /// when several nodes share it.
     pub(crate) async fn load_session(&self, id: SessionId) -> Result<Loaded, StoreError> {
-        let load = move |store: &mut dyn Store| {
-            let ownership = store.acquire(&id)?;
-            let fence = match ownership {
-                Ownership::Missing => None,
-                _ => store.latest_interrupt_seq(&id)?,
-            };
-            Ok(Loaded { ownership, fence })
-        };
         if self.inner.shared {
-            self.inner.persistence.write(move |w| load(w.store())).await
+            self.inner
+                .persistence
+                .write(move |w| load_one(w.store(), &id))
+                .await
         } else {
-            self.inner.persistence.read(load).await
+            self.load_batched(id).await
         }
     }
 
