@@ -73,7 +73,7 @@ impl Node {
             Signal::LeaseLost => {
                 log::error!(
                     "node {}: lease lost; cancelling every local turn (other nodes take them over)",
-                    self.env.boot
+                    self.env.claimant()
                 );
                 self.registry.fence_all();
             }
@@ -125,14 +125,14 @@ impl Node {
             Ok(report) if !report.resumed.is_empty() || !report.terminalized.is_empty() => {
                 log::info!(
                     "node {}: took over {} turns ({} aborted, {} interrupted)",
-                    self.env.boot,
+                    self.env.claimant(),
                     report.resumed.len(),
                     report.terminalized.len(),
                     report.interrupted.len()
                 );
             }
             Ok(_) => {}
-            Err(e) => log::warn!("node {}: takeover sweep failed: {e}", self.env.boot),
+            Err(e) => log::warn!("node {}: takeover sweep failed: {e}", self.env.claimant()),
         }
     }
 }

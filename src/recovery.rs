@@ -46,7 +46,7 @@ pub(crate) async fn resume_suspended_sessions(
     env: &Arc<Environment>,
     max_resume_attempts: u32,
 ) -> Result<SweepReport> {
-    let (journal, boot) = (&env.journal, &env.boot);
+    let (journal, boot) = (&env.journal, &env.claimant());
     let children_released = journal.release_child_claims().await?;
     let active = registry.active();
     let plan = journal.recovery_plan(boot.clone()).await?;

@@ -306,9 +306,18 @@ impl Runtime {
         &self.inner.config
     }
 
-    /// This boot's id (recorded with every claim it makes).
+    /// This boot's id (recorded with every claim it makes). With several nodes it is the
+    /// node's first id: a node that lost its lease rejoins under a new one, see
+    /// [`Runtime::node_id`].
     pub fn boot_id(&self) -> &str {
         &self.inner.env.boot
+    }
+
+    /// The id this process records with its claims now: the boot id, or with several nodes
+    /// sharing a database, the node's current id (a new one each time the node rejoined after
+    /// losing its lease).
+    pub fn node_id(&self) -> String {
+        self.inner.env.claimant()
     }
 
     /// The restart sweep, which `start` runs unless [`RuntimeBuilder::sweep_on_start`] is off:

@@ -38,7 +38,7 @@ pub(crate) struct Environment {
     pub(crate) journal: Journal,
     /// The user's runner.
     pub(crate) runner: Arc<dyn Runner>,
-    /// This boot's id, recorded with every claim.
+    /// This boot's id. Claims record [`Environment::claimant`].
     pub(crate) boot: String,
     /// How long an actor stays idle before the supervisor may passivate it.
     pub(crate) idle_timeout: Duration,
@@ -51,6 +51,16 @@ impl std::fmt::Debug for Environment {
         f.debug_struct("Environment")
             .field("boot", &self.boot)
             .finish_non_exhaustive()
+    }
+}
+
+impl Environment {
+    /// The id recorded with this process's claims, and left out of its restart sweep: the boot
+    /// id; with several nodes, the node's current id (a new one after the node rejoined).
+    pub(crate) fn claimant(&self) -> String {
+        self.journal
+            .node_id()
+            .map_or_else(|| self.boot.clone(), |id| id.to_string())
     }
 }
 
@@ -259,7 +269,7 @@ impl SessionActor {
             return self.coordinator.started(execution, Ok(()));
         }
         let journal = self.env.journal.clone();
-        let (id, boot, epoch) = (self.id.clone(), self.env.boot.clone(), self.epoch());
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
         crash::point(crash::BEFORE_CLAIM);
         let commit = async move { journal.claim_turn(id, boot, epoch).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {

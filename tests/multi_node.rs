@@ -665,6 +665,70 @@ fn a_paused_zombie_node_is_fenced_and_writes_nothing_after_takeover() {
         tally[2],
         tally[3]
     );
+
+    // Fenced, it rejoined under a new id with a live lease, and serves sessions again.
+    let rejoined = nodes.nodes[ZOMBIE].node_id(&mut db);
+    assert_ne!(
+        rejoined,
+        zombie_id,
+        "the zombie did not rejoin under a new node id\n{}",
+        nodes.nodes[ZOMBIE].log_tail(40)
+    );
+    let live: bool = db
+        .query_one(
+            "SELECT lease_until > now() FROM node WHERE node_id = $1",
+            &[&rejoined],
+        )
+        .unwrap()
+        .get(0);
+    assert!(live, "the rejoined node {rejoined} holds no live lease");
+    let addr = nodes.addr(ZOMBIE).to_owned();
+    call(
+        &addr,
+        "POST",
+        "/sessions",
+        Some(&json!({ "id": "after-rejoin", "directory": "/multi" })),
+        201,
+    );
+    call(
+        &addr,
+        "POST",
+        "/sessions/after-rejoin/prompt",
+        Some(&json!({ "id": "after-rejoin-p", "text": "back again" })),
+        202,
+    );
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let owner: Option<String> = db
+            .query_opt(
+                "SELECT owner_node FROM session WHERE id = 'after-rejoin'",
+                &[],
+            )
+            .unwrap()
+            .and_then(|r| r.get(0));
+        let answered: i64 = db
+            .query_one(
+                "SELECT COUNT(*) FROM session_message WHERE session_id = 'after-rejoin' \
+                 AND type = 'assistant'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if answered == 1 {
+            assert_eq!(
+                owner.as_deref(),
+                Some(rejoined.as_str()),
+                "served by another node"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rejoined node never answered a new session\n{}",
+            nodes.nodes[ZOMBIE].log_tail(40)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A session created on node A, prompted on node B, interrupted on node C and prompted again:

@@ -105,7 +105,8 @@ fn on_postgres<T: Send + 'static>(
             pool_size: 1,
         };
         let client = super::postgres::connect(&config)?;
-        let mut conn = super::postgres::PgConn::new(client, "inspect".into());
+        let mut conn =
+            super::postgres::PgConn::new(client, super::postgres::NodeId::new("inspect"));
         work(&mut conn)
     })
 }

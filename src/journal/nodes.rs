@@ -20,6 +20,16 @@ impl Journal {
         self.inner.shared
     }
 
+    /// This node's current id when several nodes share the database (it changes when the node
+    /// rejoins after losing its lease); `None` with a single-node store.
+    pub(crate) fn node_id(&self) -> Option<std::sync::Arc<str>> {
+        #[cfg(feature = "postgres")]
+        if let Some(node) = &self.inner.node {
+            return Some(node.id());
+        }
+        None
+    }
+
     /// The database's signals to this node (taken once; `None` with a single-node store).
     pub(crate) fn take_signals(&self) -> Option<UnboundedReceiver<Signal>> {
         #[cfg(feature = "postgres")]

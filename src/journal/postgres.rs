@@ -95,6 +95,28 @@ pub(crate) use self::node::Node;
 pub(crate) use self::readers::PgReaders;
 pub(crate) use self::writer::PgWriter;
 
+/// This node's current id, shared by its connections and threads: set when the store opens,
+/// replaced when the node rejoins under a new id after its lease lapsed (see [`node`]).
+#[derive(Debug)]
+pub(crate) struct NodeId(std::sync::RwLock<Arc<str>>);
+
+impl NodeId {
+    /// The id `id`, shared.
+    pub(crate) fn new(id: &str) -> Arc<Self> {
+        Arc::new(Self(std::sync::RwLock::new(Arc::from(id))))
+    }
+
+    /// The current id.
+    pub(crate) fn get(&self) -> Arc<str> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the id (the node rejoined).
+    pub(crate) fn set(&self, id: Arc<str>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = id;
+    }
+}
+
 /// The default lease of a node.
 #[cfg(test)]
 pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(10);
@@ -201,13 +223,13 @@ pub(crate) fn open(cfg: &PgConfig) -> Result<PgBackend, StoreError> {
 /// [`open`], on the calling thread.
 fn open_here(cfg: &PgConfig) -> Result<PgBackend, StoreError> {
     check_node_id(&cfg.node_id)?;
-    let node_id: Arc<str> = Arc::from(cfg.node_id.as_str());
+    let node_id = NodeId::new(&cfg.node_id);
     let mut client = conn::connect(cfg)?;
     schema::migrate(&mut client)?;
-    node::register(&mut client, cfg)?;
+    node::register(&mut client, cfg, &cfg.node_id)?;
     let writer = PgWriter::new(PgConn::new(client, node_id.clone()), cfg.clone());
-    let readers = PgReaders::open(cfg, node_id)?;
-    let node = Node::start(cfg)?;
+    let readers = PgReaders::open(cfg, node_id.clone())?;
+    let node = Node::start(cfg, node_id)?;
     Ok(PgBackend {
         readers: Arc::new(readers),
         writer: Box::new(writer),

@@ -40,7 +40,7 @@ pub(crate) struct PgConn {
     /// Prepared statements by SQL text.
     statements: HashMap<String, Statement>,
     /// This node's id (written into event rows, compared with `owner_node`).
-    node: std::sync::Arc<str>,
+    node: std::sync::Arc<super::NodeId>,
     /// The `(session, seq)` of every event appended on this connection since the writer last
     /// took them.
     pub(crate) appended: Vec<(SessionId, u64)>,
@@ -63,7 +63,7 @@ impl std::fmt::Debug for PgConn {
 
 impl PgConn {
     /// Wraps a connected client of node `node`.
-    pub(crate) fn new(client: Client, node: std::sync::Arc<str>) -> Self {
+    pub(crate) fn new(client: Client, node: std::sync::Arc<super::NodeId>) -> Self {
         Self {
             client: Some(client),
             statements: HashMap::new(),
@@ -74,14 +74,9 @@ impl PgConn {
         }
     }
 
-    /// This node's id.
-    pub(crate) fn node(&self) -> &str {
-        &self.node
-    }
-
-    /// A shared handle on this node's id.
+    /// This node's current id.
     pub(crate) fn node_arc(&self) -> std::sync::Arc<str> {
-        self.node.clone()
+        self.node.get()
     }
 
     /// The client.

@@ -6,7 +6,10 @@
 //!   AND lease_until > now()`. No row updated (the lease lapsed: other nodes may have taken this
 //!   node's sessions), or no successful renewal for a whole lease (by this node's monotonic
 //!   clock, counted from the start of the last successful renewal, so never later than the
-//!   database sees the lapse) ⇒ [`Signal::LeaseLost`], once, and the renewals stop. About every
+//!   database sees the lapse) ⇒ [`Signal::LeaseLost`] (the runtime fences every local turn),
+//!   then the node rejoins under a new id: a new row with a fresh lease, the new id in every
+//!   connection, its own channel listened to. What it owned under the old id is taken over like
+//!   any dead node's sessions — by itself too, under the new id. About every
 //!   ten renewals it also deletes the rows of nodes whose lease lapsed more than ten leases ago
 //!   and that no session refers to.
 //! - Listener: `LISTEN "ds_node_<me>"`, `ds_events`, `ds_nodes`. A nudge on its own channel is
@@ -27,7 +30,7 @@ use serde_json::json;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::conn::{conflict_on_constraint, connect};
-use super::{node_channel, off_runtime, PgConfig, EVENTS_CHANNEL, NODES_CHANNEL};
+use super::{node_channel, off_runtime, NodeId, PgConfig, EVENTS_CHANNEL, NODES_CHANNEL};
 use crate::error::StoreError;
 use crate::id::SessionId;
 use crate::journal::backend::{Nudge, Signal};
@@ -37,16 +40,22 @@ const POLL: Duration = Duration::from_millis(100);
 /// The longest pause between two reconnection attempts of the listener.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// Registers this node with a fresh lease. An id registered already is a conflict.
-pub(crate) fn register(client: &mut Client, cfg: &PgConfig) -> Result<(), StoreError> {
+/// Registers node `id` (named `cfg.node_name`) with a fresh lease. An id registered already is
+/// a conflict.
+pub(crate) fn register(client: &mut Client, cfg: &PgConfig, id: &str) -> Result<(), StoreError> {
     client
         .execute(
             "INSERT INTO node (node_id, name, started_at, lease_until) \
              VALUES ($1, $2, now(), now() + make_interval(secs => $3))",
-            &[&cfg.node_id, &cfg.node_name, &cfg.lease().as_secs_f64()],
+            &[&id, &cfg.node_name, &cfg.lease().as_secs_f64()],
         )
-        .map_err(|e| conflict_on_constraint(e, || format!("node {} exists", cfg.node_id)))?;
+        .map_err(|e| conflict_on_constraint(e, || format!("node {id} exists")))?;
     Ok(())
+}
+
+/// A fresh node id (the form of a runtime's boot id).
+fn fresh_id() -> Arc<str> {
+    Arc::from(uuid::Uuid::now_v7().simple().to_string())
 }
 
 /// What the node's threads share with it.
@@ -92,8 +101,10 @@ impl Shared {
 /// in-flight statement) without ending the lease, as if the node died: other nodes take its
 /// sessions once the lease lapses. Call [`Node::leave`] first for a graceful exit.
 pub(crate) struct Node {
-    /// The configuration it was opened with (its id is `cfg.node_id`).
+    /// The configuration it was opened with (`cfg.node_id` is its first id).
     cfg: PgConfig,
+    /// Its current id.
+    id: Arc<NodeId>,
     /// The signals, until the runtime takes them.
     signals: Mutex<Option<UnboundedReceiver<Signal>>>,
     /// Shared with the threads.
@@ -105,27 +116,28 @@ pub(crate) struct Node {
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
-            .field("id", &self.cfg.node_id)
+            .field("id", &self.id.get())
             .field("name", &self.cfg.node_name)
             .finish_non_exhaustive()
     }
 }
 
 impl Node {
-    /// Starts the lease and listener threads of the node `cfg` names (registered already).
-    pub(crate) fn start(cfg: &PgConfig) -> Result<Self, StoreError> {
+    /// Starts the lease and listener threads of the node `cfg` names (registered already under
+    /// the current `id`).
+    pub(crate) fn start(cfg: &PgConfig, id: Arc<NodeId>) -> Result<Self, StoreError> {
         let (tx, rx) = unbounded_channel();
         let shared = Arc::new(Shared::default());
         let mut threads = Vec::with_capacity(2);
         for (name, lease) in [("durable-pg-lease", true), ("durable-pg-listen", false)] {
-            let (cfg, tx, mine) = (cfg.clone(), tx.clone(), shared.clone());
+            let (cfg, tx, mine, id) = (cfg.clone(), tx.clone(), shared.clone(), id.clone());
             let spawned = std::thread::Builder::new()
                 .name(name.into())
                 .spawn(move || {
                     if lease {
-                        lease_loop(&cfg, &tx, &mine);
+                        lease_loop(&cfg, &id, &tx, &mine);
                     } else {
-                        listen_loop(&cfg, &tx, &mine);
+                        listen_loop(&cfg, &id, &tx, &mine);
                     }
                 })
                 .map_err(StoreError::WriterThread);
@@ -142,16 +154,16 @@ impl Node {
         }
         Ok(Self {
             cfg: cfg.clone(),
+            id,
             signals: Mutex::new(Some(rx)),
             shared,
             threads,
         })
     }
 
-    /// This node's id.
-    #[cfg(test)]
-    pub(crate) fn id(&self) -> &str {
-        &self.cfg.node_id
+    /// This node's current id.
+    pub(crate) fn id(&self) -> Arc<str> {
+        self.id.get()
     }
 
     /// The node's signals (once: later calls return `None`).
@@ -169,19 +181,19 @@ impl Node {
     /// When the database cannot be reached (the lease then lapses on its own).
     pub(crate) fn leave(&self) -> Result<(), StoreError> {
         self.shared.left.store(true, Ordering::SeqCst);
-        let cfg = self.cfg.clone();
+        let (cfg, id) = (self.cfg.clone(), self.id.get());
         off_runtime(move || {
             let mut client = connect(&cfg)?;
             let mut tx = client.transaction()?;
             tx.execute(
                 "UPDATE node SET lease_until = now() - interval '1 second' WHERE node_id = $1",
-                &[&cfg.node_id],
+                &[&&*id],
             )?;
             tx.execute(
                 "UPDATE session SET owner_node = NULL WHERE owner_node = $1",
-                &[&cfg.node_id],
+                &[&&*id],
             )?;
-            let payload = json!({ "node": cfg.node_id, "left": true }).to_string();
+            let payload = json!({ "node": &*id, "left": true }).to_string();
             tx.execute("SELECT pg_notify($1, $2)", &[&NODES_CHANNEL, &payload])?;
             tx.commit()?;
             Ok(())
@@ -200,15 +212,21 @@ impl Drop for Node {
     }
 }
 
-/// Renews the lease every `lease / 3` until stopped, left, or lost.
-fn lease_loop(cfg: &PgConfig, tx: &UnboundedSender<Signal>, shared: &Shared) {
+/// Renews the lease every `lease / 3` until stopped or left; when the lease is lost, signals it
+/// and rejoins under a new id as soon as the database can be reached.
+fn lease_loop(cfg: &PgConfig, id: &NodeId, tx: &UnboundedSender<Signal>, shared: &Shared) {
     let lease = cfg.lease();
     let mut client: Option<Client> = None;
     // Registration just set the lease.
     let mut renewed_at = Instant::now();
     let mut renewals: u64 = 0;
+    // The id whose lease was lost, until the node has rejoined under a new one.
+    let mut lost: Option<Arc<str>> = None;
     loop {
-        if shared.sleep(lease / 3) || shared.left.load(Ordering::SeqCst) {
+        if lost.is_none() && shared.sleep(lease / 3) {
+            return;
+        }
+        if shared.left.load(Ordering::SeqCst) || shared.is_stopped() {
             return;
         }
         if client.as_ref().is_none_or(Client::is_closed) {
@@ -217,24 +235,42 @@ fn lease_loop(cfg: &PgConfig, tx: &UnboundedSender<Signal>, shared: &Shared) {
                 Err(e) => {
                     log::warn!(
                         "postgres: node {}: cannot reach the database: {e}",
-                        cfg.node_id
+                        id.get()
                     );
                     None
                 }
             };
         }
+        if let Some(old) = lost.clone() {
+            match client.as_mut().map(|c| rejoin(c, cfg, &old)) {
+                Some(Ok(new)) => {
+                    log::warn!("postgres: node {old} rejoined as node {new}");
+                    id.set(new);
+                    lost = None;
+                    renewed_at = Instant::now();
+                    // The listener follows the new id; whatever the old one owned is now
+                    // another dead node's, to take over.
+                    let _ = tx.send(Signal::Rescan);
+                }
+                Some(Err(e)) => log::warn!("postgres: node {old}: cannot rejoin: {e}"),
+                None => {}
+            }
+            if lost.is_some() && shared.sleep((lease / 3).min(MAX_BACKOFF)) {
+                return;
+            }
+            continue;
+        }
+        let me = id.get();
         let started = Instant::now();
+        let mut lapsed = false;
         if let Some(c) = client.as_mut() {
-            match renew(c, cfg) {
+            match renew(c, cfg, &me) {
                 Ok(true) => renewed_at = started,
                 Ok(false) => {
-                    if !shared.left.load(Ordering::SeqCst) {
-                        log::error!("postgres: node {}: its lease lapsed", cfg.node_id);
-                        let _ = tx.send(Signal::LeaseLost);
-                    }
-                    return;
+                    log::error!("postgres: node {me}: its lease lapsed");
+                    lapsed = true;
                 }
-                Err(e) => log::warn!("postgres: node {}: lease renewal: {e}", cfg.node_id),
+                Err(e) => log::warn!("postgres: node {me}: lease renewal: {e}"),
             }
             renewals += 1;
             if renewals.is_multiple_of(10) {
@@ -243,25 +279,44 @@ fn lease_loop(cfg: &PgConfig, tx: &UnboundedSender<Signal>, shared: &Shared) {
                 }
             }
         }
-        if renewed_at.elapsed() >= lease {
-            if !shared.left.load(Ordering::SeqCst) {
-                log::error!(
-                    "postgres: node {}: no lease renewal for {lease:?}",
-                    cfg.node_id
-                );
-                let _ = tx.send(Signal::LeaseLost);
+        if lapsed || renewed_at.elapsed() >= lease {
+            if shared.left.load(Ordering::SeqCst) {
+                return;
             }
-            return;
+            log::error!("postgres: node {me}: lease lost; fencing every local turn");
+            let _ = tx.send(Signal::LeaseLost);
+            lost = Some(me);
         }
     }
 }
 
-/// Renews this node's lease unless it lapsed; returns whether it was renewed.
-fn renew(client: &mut Client, cfg: &PgConfig) -> Result<bool, postgres::Error> {
+/// Registers a new id for this node and ends the lease of `old` in one transaction (the
+/// sessions `old` owned can be taken over at once); returns the new id.
+fn rejoin(client: &mut Client, cfg: &PgConfig, old: &str) -> Result<Arc<str>, StoreError> {
+    let new = fresh_id();
+    let mut tx = client.transaction()?;
+    tx.execute(
+        "UPDATE node SET lease_until = LEAST(lease_until, now() - interval '1 second') \
+         WHERE node_id = $1",
+        &[&old],
+    )?;
+    tx.execute(
+        "INSERT INTO node (node_id, name, started_at, lease_until) \
+         VALUES ($1, $2, now(), now() + make_interval(secs => $3))",
+        &[&&*new, &cfg.node_name, &cfg.lease().as_secs_f64()],
+    )?;
+    let payload = json!({ "node": old, "left": true }).to_string();
+    tx.execute("SELECT pg_notify($1, $2)", &[&NODES_CHANNEL, &payload])?;
+    tx.commit()?;
+    Ok(new)
+}
+
+/// Renews the lease of node `me` unless it lapsed; returns whether it was renewed.
+fn renew(client: &mut Client, cfg: &PgConfig, me: &str) -> Result<bool, postgres::Error> {
     let n = client.execute(
         "UPDATE node SET lease_until = now() + make_interval(secs => $2) \
          WHERE node_id = $1 AND lease_until > now()",
-        &[&cfg.node_id, &cfg.lease().as_secs_f64()],
+        &[&me, &cfg.lease().as_secs_f64()],
     )?;
     Ok(n > 0)
 }
@@ -276,25 +331,32 @@ fn forget_dead_nodes(client: &mut Client, lease: Duration) -> Result<u64, postgr
     )
 }
 
-/// Connects the listener and subscribes to its channels.
-fn subscribe(cfg: &PgConfig) -> Result<Client, StoreError> {
+/// Connects the listener and subscribes to its channels (node `me`'s own among them).
+fn subscribe(cfg: &PgConfig, me: &str) -> Result<Client, StoreError> {
     let mut client = connect(cfg)?;
-    let own = node_channel(&cfg.node_id).replace('"', "\"\"");
     client.batch_execute(&format!(
-        "LISTEN \"{own}\"; LISTEN {EVENTS_CHANNEL}; LISTEN {NODES_CHANNEL}"
+        "LISTEN {}; LISTEN {EVENTS_CHANNEL}; LISTEN {NODES_CHANNEL}",
+        quoted_channel(me)
     ))?;
     Ok(client)
 }
 
-/// Listens until stopped, reconnecting with a growing backoff.
-fn listen_loop(cfg: &PgConfig, tx: &UnboundedSender<Signal>, shared: &Shared) {
+/// Node `id`'s channel, double-quoted for `LISTEN`/`UNLISTEN`.
+fn quoted_channel(id: &str) -> String {
+    format!("\"{}\"", node_channel(id).replace('"', "\"\""))
+}
+
+/// Listens until stopped, reconnecting with a growing backoff, and following the node's id
+/// when it rejoins under a new one.
+fn listen_loop(cfg: &PgConfig, id: &NodeId, tx: &UnboundedSender<Signal>, shared: &Shared) {
     let lease = cfg.lease();
     let mut backoff = Duration::from_millis(50);
     while !shared.is_stopped() {
-        let mut client = match subscribe(cfg) {
+        let mut me = id.get();
+        let mut client = match subscribe(cfg, &me) {
             Ok(client) => client,
             Err(e) => {
-                log::warn!("postgres: node {}: listener: {e}", cfg.node_id);
+                log::warn!("postgres: node {me}: listener: {e}");
                 if shared.sleep(backoff) {
                     return;
                 }
@@ -307,17 +369,30 @@ fn listen_loop(cfg: &PgConfig, tx: &UnboundedSender<Signal>, shared: &Shared) {
         let _ = tx.send(Signal::Rescan);
         let mut rescanned = Instant::now();
         while !shared.is_stopped() {
+            let current = id.get();
+            if current != me {
+                let moved = client.batch_execute(&format!(
+                    "LISTEN {}; UNLISTEN {}",
+                    quoted_channel(&current),
+                    quoted_channel(&me)
+                ));
+                if let Err(e) = moved {
+                    log::warn!("postgres: node {current}: listener lost: {e}");
+                    break;
+                }
+                me = current;
+            }
             let next = client.notifications().timeout_iter(POLL).next();
             match next {
                 Ok(Some(n)) => {
-                    if let Some(signal) = decode(&cfg.node_id, n.channel(), n.payload()) {
+                    if let Some(signal) = decode(&me, n.channel(), n.payload()) {
                         let _ = tx.send(signal);
                     }
                 }
                 Ok(None) if client.is_closed() => break,
                 Ok(None) => {}
                 Err(e) => {
-                    log::warn!("postgres: node {}: listener lost: {e}", cfg.node_id);
+                    log::warn!("postgres: node {me}: listener lost: {e}");
                     break;
                 }
             }

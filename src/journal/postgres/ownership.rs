@@ -88,7 +88,7 @@ pub(crate) fn check_fence(
     };
     let owner: Option<String> = row.try_get(0)?;
     let current = seq_value(row.try_get(1)?)?;
-    if owner.as_deref() == Some(conn.node()) && current == epoch {
+    if owner.as_deref() == Some(&*conn.node_arc()) && current == epoch {
         Ok(())
     } else {
         Err(fenced())

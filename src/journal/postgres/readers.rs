@@ -19,7 +19,7 @@ pub(crate) struct PgManager {
     /// Connects.
     inner: PostgresConnectionManager<NoTls>,
     /// This node's id.
-    node: Arc<str>,
+    node: Arc<super::NodeId>,
     /// The `SET` statements of every connection.
     settings: String,
 }
@@ -70,7 +70,7 @@ impl std::fmt::Debug for PgReaders {
 
 impl PgReaders {
     /// Builds the pool (every connection opened now, as the SQLite pool does).
-    pub(crate) fn open(cfg: &PgConfig, node: Arc<str>) -> Result<Self, StoreError> {
+    pub(crate) fn open(cfg: &PgConfig, node: Arc<super::NodeId>) -> Result<Self, StoreError> {
         let config = client_config(cfg)?;
         let manager = PgManager {
             inner: PostgresConnectionManager::new(config, NoTls),

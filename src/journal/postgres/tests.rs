@@ -67,8 +67,8 @@ pub(super) fn pg_conn(db: &PgDb, node: &str) -> Result<PgConn, StoreError> {
     let cfg = config(db, node);
     let mut client = connect(&cfg)?;
     schema::migrate(&mut client)?;
-    node::register(&mut client, &cfg)?;
-    Ok(PgConn::new(client, Arc::from(node)))
+    node::register(&mut client, &cfg, &cfg.node_id)?;
+    Ok(PgConn::new(client, super::NodeId::new(node)))
 }
 
 /// Runs raw SQL on the connection (test setup).

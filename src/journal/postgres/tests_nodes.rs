@@ -78,7 +78,7 @@ fn a_node_hears_other_nodes_events_and_nudges() -> Result<(), StoreError> {
     };
     let (mut a, mut a_rx) = node(&config(&db, "a"))?;
     let (mut b, mut b_rx) = node(&config(&db, "b"))?;
-    assert_eq!(a.node.id(), "a");
+    assert_eq!(&*a.node.id(), "a");
     let any = Duration::from_secs(5);
     assert!(
         wait_for(&mut b_rx, any, |s| *s == Signal::Rescan).is_some(),
@@ -173,7 +173,80 @@ fn a_lapsed_lease_is_reported_once() -> Result<(), StoreError> {
     )?;
     let lost = wait_for(&mut rx, Duration::from_secs(3), |s| *s == Signal::LeaseLost);
     assert_eq!(lost, Some(Signal::LeaseLost));
+    // It rejoined (see below): no second loss while the new lease is renewed.
+    assert_eq!(
+        wait_for(&mut rx, Duration::from_millis(1_500), |s| *s
+            == Signal::LeaseLost),
+        None
+    );
     drop(a);
+    Ok(())
+}
+
+/// After losing its lease, a node registers a new id with a fresh lease, ends the old id's
+/// lease for good, asks for a rescan, and works under the new id: its connections take sessions
+/// and write events as the new node, and its listener hears the new id's nudges.
+#[test]
+fn a_node_that_lost_its_lease_rejoins_under_a_new_id() -> Result<(), StoreError> {
+    let Some(db) = pg_db("rejoin") else {
+        return Ok(());
+    };
+    let (mut a, mut rx) = node(&short(&db, "a", 600))?;
+    let (mut b, _b_rx) = node(&config(&db, "b"))?;
+    let any = Duration::from_secs(5);
+    assert!(wait_for(&mut rx, any, |s| *s == Signal::Rescan).is_some());
+    commit(&mut a, |s| {
+        s.create_session(&info("s", None, 1))?;
+        s.create_session(&info("t", None, 1))?;
+        s.acquire(&sid("s"))
+    })?;
+    let mut admin = pg_conn(&db, "admin")?;
+    admin.execute(
+        "UPDATE node SET lease_until = now() - interval '1 second' WHERE node_id = 'a'",
+        &[],
+    )?;
+    assert_eq!(
+        wait_for(&mut rx, any, |s| *s == Signal::LeaseLost),
+        Some(Signal::LeaseLost)
+    );
+    assert_eq!(
+        wait_for(&mut rx, any, |s| *s == Signal::Rescan),
+        Some(Signal::Rescan)
+    );
+    let new = a.node.id();
+    assert_ne!(&*new, "a");
+    let rows = admin.query(
+        "SELECT node_id, lease_until > now() FROM node WHERE name = 'a' ORDER BY started_at",
+        &[],
+    )?;
+    let rows: Vec<(String, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(rows, vec![("a".into(), false), (new.to_string(), true)]);
+    // The session the old id owned is anyone's now: the new id takes it, at a new epoch.
+    assert_eq!(
+        commit(&mut a, |s| s.acquire(&sid("s")))?,
+        Ownership::Owned { epoch: 2 }
+    );
+    let owner: String = admin
+        .query_one("SELECT owner_node FROM session WHERE id = 's'", &[])?
+        .get(0);
+    assert_eq!(owner, *new);
+    // Another node routes a nudge to the new id's channel, and the listener hears it.
+    commit(&mut b, |s| {
+        assert_eq!(
+            s.acquire(&sid("s"))?,
+            Ownership::Elsewhere {
+                node: new.to_string()
+            }
+        );
+        s.route(&sid("s"), Nudge::Wake(7))
+    })?;
+    assert_eq!(
+        wait_for(&mut rx, any, |s| matches!(s, Signal::Nudge { .. })),
+        Some(Signal::Nudge {
+            session: sid("s"),
+            nudge: Nudge::Wake(7)
+        })
+    );
     Ok(())
 }
 
@@ -324,7 +397,7 @@ fn an_unreachable_database_loses_the_lease() -> Result<(), StoreError> {
         lease: Duration::from_millis(600),
         ..PgConfig::new(format!("postgres://postgres@127.0.0.1:{port}/none"), "lost")
     };
-    let node = super::Node::start(&cfg)?;
+    let node = super::Node::start(&cfg, super::NodeId::new(&cfg.node_id))?;
     let mut rx = node.take_signals().ok_or(StoreError::Closed)?;
     let lost = wait_for(&mut rx, Duration::from_secs(5), |s| *s == Signal::LeaseLost);
     assert_eq!(lost, Some(Signal::LeaseLost));
@@ -400,8 +473,8 @@ fn a_stalled_zombie_is_fenced_and_its_row_lock_released() -> Result<(), StoreErr
     let mut a = {
         let mut client = super::conn::connect(&a_cfg)?;
         super::schema::migrate(&mut client)?;
-        super::node::register(&mut client, &a_cfg)?;
-        super::PgWriter::new(super::PgConn::new(client, "a".into()), a_cfg)
+        super::node::register(&mut client, &a_cfg, &a_cfg.node_id)?;
+        super::PgWriter::new(super::PgConn::new(client, super::NodeId::new("a")), a_cfg)
     };
     let mut b = pg_conn(&db, "b")?;
     a.store().create_session(&info("s", None, 1))?;

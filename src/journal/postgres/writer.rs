@@ -79,7 +79,7 @@ impl PgWriter {
         if self.conn.appended.is_empty() {
             return;
         }
-        let payload = events_payload(self.conn.node(), &self.conn.appended);
+        let payload = events_payload(&self.conn.node_arc(), &self.conn.appended);
         // `standard_conforming_strings` is on (the session settings): only quotes double.
         let literal = payload.replace('\'', "''");
         self.conn.defer(&format!(
