@@ -69,7 +69,10 @@ impl Node {
             Signal::Nudge { session, nudge } => self.nudge(session, nudge).await,
             Signal::Events(batches) => self.env.journal.relay(batches).await,
             Signal::ManyEvents => self.env.journal.resync(),
-            Signal::Rescan => self.take_over().await,
+            Signal::Rescan => {
+                self.take_over().await;
+                self.serve_missed().await;
+            }
             Signal::LeaseLost => {
                 log::error!(
                     "node {}: lease lost; cancelling every local turn (other nodes take them over)",
@@ -107,6 +110,23 @@ impl Node {
         };
         if let Err(e) = delivered {
             log::warn!("session {session}: cannot carry out {nudge:?}: {e}");
+        }
+    }
+
+    /// Carries out the wakes and interrupts other nodes routed here whose notification may have
+    /// been lost (the listener was reconnecting, say): the rows say what is owed.
+    async fn serve_missed(&self) {
+        match self.env.journal.missed_nudges().await {
+            Ok(missed) => {
+                for (session, nudge) in missed {
+                    log::info!("session {session}: carrying out {nudge:?} found by a rescan");
+                    self.nudge(session, nudge).await;
+                }
+            }
+            Err(e) => log::warn!(
+                "node {}: rescan of owed nudges failed: {e}",
+                self.env.claimant()
+            ),
         }
     }
 

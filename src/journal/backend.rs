@@ -266,6 +266,13 @@ pub(crate) trait Store {
     /// it, which this call notifies in the current transaction. Single-node engines: `Local`.
     fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError>;
 
+    /// What other nodes asked of the sessions this node owns that may never have reached it
+    /// (their notification was lost): a wake for each unclaimed session holding an input owed a
+    /// turn, admitted before `before` (ms); an interrupt for each claimed session whose latest
+    /// interrupt request, made before `before`, is newer than its claim. Single-node engines
+    /// lose no notification: nothing.
+    fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError>;
+
     /// The SQLite connection under this store, for the writer's unit tests (which write raw
     /// rows); `None` for another engine.
     #[cfg(test)]

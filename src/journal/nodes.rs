@@ -11,6 +11,11 @@ use super::Journal;
 use crate::error::StoreError;
 use crate::id::SessionId;
 
+/// How old a wake or interrupt request must be before a rescan carries it out again: a routed
+/// nudge normally arrives within milliseconds, and carrying one out twice is harmless (a wake is
+/// advisory, an interrupt is fenced by its seq) but not free.
+const MISSED_AFTER_MS: i64 = 1_000;
+
 /// Events of other nodes read per session per notification, at most.
 const RELAY_PAGE: usize = 1024;
 
@@ -28,6 +33,20 @@ impl Journal {
             return Some(node.id());
         }
         None
+    }
+
+    /// What other nodes asked of this node's sessions, a second or more ago, that it may never
+    /// have been told (see [`super::backend::Store::missed_nudges`]); nothing with a
+    /// single-node store.
+    pub(crate) async fn missed_nudges(&self) -> Result<Vec<(SessionId, super::Nudge)>, StoreError> {
+        if !self.inner.shared {
+            return Ok(Vec::new());
+        }
+        let before = super::now_ms() - MISSED_AFTER_MS;
+        self.inner
+            .persistence
+            .read(move |store| store.missed_nudges(before))
+            .await
     }
 
     /// The database's signals to this node (taken once; `None` with a single-node store).

@@ -161,3 +161,41 @@ pub(crate) fn route(
     )?;
     Ok(Route::Remote { node })
 }
+
+/// Wakes and interrupts other nodes routed to sessions this node owns, as the rows hold them,
+/// older than `before` (ms): see [`crate::journal::backend::Store::missed_nudges`]. Both reads
+/// start from the sessions this node owns (`session_owner`).
+pub(crate) fn missed_nudges(
+    conn: &mut PgConn,
+    before: i64,
+) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
+    let me = conn.node_arc();
+    let wakes = conn.query(
+        "SELECT i.session_id, MAX(i.admitted_seq) FROM session s \
+         JOIN session_input i ON i.session_id = s.id \
+         WHERE s.owner_node = $1 AND s.time_suspended IS NULL \
+           AND i.promoted_seq IS NULL AND i.wake AND i.time_created < $2 \
+         GROUP BY i.session_id ORDER BY i.session_id",
+        &[&&*me, &before],
+    )?;
+    let interrupts = conn.query(
+        "SELECT s.id, MAX(e.seq) FROM session s \
+         JOIN event e ON e.aggregate_id = s.id AND e.type = 'session.interrupt.requested' \
+           AND e.seq > COALESCE(s.claim_seq, 0) AND e.time < $2 \
+         WHERE s.owner_node = $1 AND s.time_suspended IS NOT NULL \
+         GROUP BY s.id ORDER BY s.id",
+        &[&&*me, &before],
+    )?;
+    let mut missed = Vec::with_capacity(wakes.len() + interrupts.len());
+    for (rows, nudge) in [
+        (wakes, Nudge::Wake as fn(u64) -> Nudge),
+        (interrupts, Nudge::Interrupt),
+    ] {
+        for row in rows {
+            let session = SessionId::new(row.try_get::<_, String>(0)?)
+                .map_err(|e| StoreError::Inconsistent(format!("stored session id: {e}")))?;
+            missed.push((session, nudge(seq_value(row.try_get(1)?)?)));
+        }
+    }
+    Ok(missed)
+}

@@ -226,4 +226,8 @@ impl Store for PgConn {
     fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError> {
         ownership::route(self, session, nudge)
     }
+
+    fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
+        ownership::missed_nudges(self, before)
+    }
 }

@@ -481,3 +481,59 @@ fn migrations_run_once_under_concurrency_and_refuse_newer_schemas() -> Result<()
     }
     Ok(())
 }
+
+/// A rescan finds what other nodes routed to this node's sessions and it may never have heard:
+/// an owed prompt of an unclaimed session, and an interrupt request newer than a running turn's
+/// claim — once they are a second old, and only on the node that owns the session.
+#[test]
+fn a_rescan_finds_the_nudges_a_lost_notification_carried() -> Result<(), StoreError> {
+    let Some(db) = pg_db("missed") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    for id in ["idle", "busy", "fresh", "served"] {
+        create(&mut a, id)?;
+        a.acquire(&sid(id))?;
+    }
+    let old = crate::journal::now_ms() - 5_000;
+    // An owed prompt, admitted (on another node) long enough ago.
+    let (owed, _) = b.admit(&sid("idle"), &mid("p"), &json!("p"), Delivery::Queue, old)?;
+    b.mark_wake(&mid("p"))?;
+    // A running turn, then an interrupt request after its claim.
+    a.publish(
+        &sid("busy"),
+        kind::EXECUTION_STARTED,
+        &json!({"boot": "a"}),
+        old,
+    )?;
+    let request = b.publish(&sid("busy"), kind::INTERRUPT_REQUESTED, &json!({}), old)?;
+    // Just admitted: its notification is still on its way.
+    b.admit(
+        &sid("fresh"),
+        &mid("q"),
+        &json!("q"),
+        Delivery::Queue,
+        old + 10_000,
+    )?;
+    b.mark_wake(&mid("q"))?;
+    // An interrupt request older than the running turn's claim: served already.
+    b.publish(&sid("served"), kind::INTERRUPT_REQUESTED, &json!({}), old)?;
+    a.publish(
+        &sid("served"),
+        kind::EXECUTION_STARTED,
+        &json!({"boot": "a"}),
+        old,
+    )?;
+
+    let before = old + 1_000;
+    assert_eq!(
+        a.missed_nudges(before)?,
+        vec![
+            (sid("idle"), Nudge::Wake(owed.admitted_seq)),
+            (sid("busy"), Nudge::Interrupt(request.seq)),
+        ]
+    );
+    assert!(b.missed_nudges(before)?.is_empty(), "b owns none of them");
+    Ok(())
+}

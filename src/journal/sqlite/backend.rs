@@ -38,6 +38,10 @@ impl Store for Connection {
         Ok(Route::Local)
     }
 
+    fn missed_nudges(&mut self, _before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
+        Ok(Vec::new())
+    }
+
     #[cfg(test)]
     fn as_sqlite(&mut self) -> Option<&Connection> {
         Some(self)
