@@ -84,6 +84,20 @@
 //! store fault; a client reconnects with `Last-Event-ID` and loses nothing). Streams need
 //! HTTP/1.1: over HTTP/1.0 the answer is 505.
 //!
+//! Live-only events ([`Turn::publish_live`]) published while the stream is open come
+//! interleaved, each after the durable events its turn wrote before it, as frames **without
+//! `id:`** whose `data:` is the [`LiveEvent`] (`session_id`, `type`, `data`, `time`,
+//! `after_seq`: no `seq`):
+//!
+//! ```text
+//! event: agent.delta
+//! data: {"session_id":"s1","type":"agent.delta","data":{"word":"hello"},"time":1764504000000,"after_seq":6}
+//! ```
+//!
+//! They are never stored and never replayed, and `Last-Event-ID` stays a durable seq: a client
+//! that reconnects gets the durable events it missed and the live ones from then on. With
+//! several nodes, a stream gets the live events of turns running on its own node only.
+//!
 //! Streams scale per session: the runtime routes each committed event only to the streams of
 //! its session (one dispatcher thread per runtime), so a stream of a silent session costs no
 //! CPU, only its connection's memory; a stream that falls behind re-reads from the store.
@@ -124,6 +138,8 @@
 //! [`Terminal`]: crate::Terminal
 //! [`Message`]: crate::Message
 //! [`EventRecord`]: crate::EventRecord
+//! [`LiveEvent`]: crate::LiveEvent
+//! [`Turn::publish_live`]: crate::Turn::publish_live
 
 mod console;
 mod error;
