@@ -719,10 +719,12 @@ fn any_node_admits_and_streams_any_session() {
             &long,
             "queue",
         );
-        let delta = |s: &[SseEvent]| s.iter().any(|e| e.kind == "agent.delta");
+        // (The reply's words are live-only events, which stay on the node running the turn:
+        // C sees the promotion, durable, then the interrupt mid-reply.)
+        let promoted = |s: &[SseEvent]| s.iter().any(|e| e.kind == kind::PROMPT_PROMOTED);
         assert!(
-            live.read_until(&mut live_seen, Duration::from_secs(10), delta),
-            "C's stream saw no delta of the turn B runs: {live_seen:?}"
+            live.read_until(&mut live_seen, Duration::from_secs(10), promoted),
+            "C's stream saw no promotion by the turn B runs: {live_seen:?}"
         );
         let answer = call(
             nodes.addr(c),
@@ -814,7 +816,7 @@ fn any_node_admits_and_streams_any_session() {
             BTreeSet::from([node_ids[a].clone(), node_ids[b].clone()]),
             "{session}"
         );
-        let turn_writers = writer_of("agent.delta");
+        let turn_writers = writer_of(kind::PROMPT_PROMOTED);
         assert!(
             !turn_writers.is_empty() && !turn_writers.contains(&node_ids[c]),
             "{session}: the turns ran on {turn_writers:?}, C is {}\n{}",
