@@ -45,7 +45,7 @@
 //! | `GET /sessions/{id}/messages/{message_id}` | | 200 [`Message`], 404 |
 //! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID`, `?ticket=` | `text/event-stream` |
 //! | `POST /sessions/{id}/events/ticket` | | 200 `{ticket, expires_at, expires_in_ms}` |
-//! | `GET /events` | `?ticket=` | `text/event-stream`: every session's events, live only |
+//! | `GET /events` | `?ticket=` | `text/event-stream`: every session's committed events as they commit (no replay; no live-only events) |
 //! | `POST /events/ticket` | | 200 a ticket for `GET /events` |
 //! | `GET /healthz` | | 200 `{"status": "ok"}` (never needs the token) |
 //! | `GET /stats` | | 200 `{sessions_live, claimed, oldest_claim_age_ms, active_turns, transactions_committed, largest_batch, write_requests, failed_write_requests, actors_started, actors_replaced, event_streams}` |

@@ -332,7 +332,8 @@ impl Runtime {
         .await
     }
 
-    /// A live stream of every event committed from now on.
+    /// A live stream of every event committed from now on (durable events only: live-only
+    /// events, [`crate::Turn::publish_live`], reach a session's [`Sessions::stream`]).
     pub fn subscribe(&self) -> EventStream {
         EventStream {
             receiver: self.inner.journal.subscribe(),

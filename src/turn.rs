@@ -241,7 +241,9 @@ impl Turn {
         Ok(id)
     }
 
-    /// Publishes a runner-defined event on the session's log (committed, then broadcast).
+    /// Publishes a runner-defined event on the session's log (committed, then broadcast). For
+    /// progress that need not be stored (the words of a reply being generated), see
+    /// [`Turn::publish_live`].
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for an empty, over-long or control-character name, or one of the runtime's own event names (those

@@ -243,8 +243,8 @@ async fn feed_step(
     }
 }
 
-/// `GET /events`: every session's events as they commit, live only (no replay, no `id:`:
-/// seqs are per session). A `stream.lagged` frame says events were missed (re-read what you
+/// `GET /events`: every session's committed events as they commit (no replay, no `id:`: seqs
+/// are per session; live-only events are not in it). A `stream.lagged` frame says events were missed (re-read what you
 /// show). Meant for dashboards such as the console; a client of one session reads
 /// `GET /sessions/{id}/events`, which costs nothing while its session is silent.
 pub(super) async fn feed(
