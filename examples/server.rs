@@ -11,17 +11,23 @@
 //! its own); then answers what it promoted, word by word. A turn the restart sweep resumed
 //! also answers the prompts its resumption names (`Turn::resumption`: what the killed attempt
 //! promoted and had not answered), and nothing else: a prompt whose reply a user interrupted
-//! stays unanswered, across restarts and explicit resumes. Each word is an `agent.delta` event
-//! (`{"reply_to", "index", "word"}`) published after `--word-delay-ms`; the finished reply is
-//! appended **once** to the transcript as an `assistant` message (`{"text", "reply_to"}`), so the
-//! transcript never holds half a reply. Steer prompts that arrive while it replies are answered
-//! in the same turn.
+//! stays unanswered, across restarts and explicit resumes. Each word is a **live-only**
+//! `agent.delta` event (`{"reply_to", "index", "word"}`, `Turn::publish_live`) published after
+//! `--word-delay-ms`: open streams show it (an SSE frame without `id:`), the database never
+//! stores it. The finished reply is appended **once** to the transcript as an `assistant`
+//! message (`{"text", "reply_to"}`), so the transcript never holds half a reply and the event
+//! log grows by one event per reply, not one per word. Steer prompts that arrive while it
+//! replies are answered in the same turn.
+//!
+//! Its cost per drain does not grow with the session: it reads only the transcript from the
+//! oldest prompt it answers onwards (`Turn::context_after`, from that prompt's promotion seq),
+//! never the whole history.
 //!
 //! Resuming: if the process dies mid-reply, the prompt is already in the transcript (it was
 //! promoted by the killed turn) but has no reply. At the next boot the restart sweep publishes
 //! the `session.synthetic` continue notice and resumes the turn; its resumption names the
 //! prompt, so the agent publishes `agent.continuing` (`{"reply_to", "text"}`) and replies from
-//! the first word again (the deltas of the killed attempt were progress, not transcript). A
+//! the first word again (the deltas of the killed attempt were progress, never stored). A
 //! prompt acknowledged (202) just before the kill, whose turn never started, is run by the
 //! sweep the same way, without the client sending it again.
 //!
@@ -37,7 +43,7 @@ use std::time::Duration;
 use actix_web::{web, App};
 use clap::Parser;
 use durable_sessions::http::{self, HttpOptions};
-use durable_sessions::{Delivery, Message, MessageId, RunError, Runner, Runtime, Turn};
+use durable_sessions::{Admission, Delivery, Message, MessageId, RunError, Runner, Runtime, Turn};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
@@ -116,7 +122,8 @@ fn unanswered(transcript: &[Message]) -> Vec<&Message> {
         .collect()
 }
 
-/// Streams the reply to `to` word by word, then appends it to the transcript.
+/// Streams the reply to `to` word by word (live-only: never stored), then appends it to the
+/// transcript.
 async fn reply(turn: &Turn, to: &MessageId, text: &str, delay: Duration) -> Result<(), RunError> {
     let mut words = vec!["echo:"];
     words.extend(text.split_whitespace());
@@ -125,11 +132,10 @@ async fn reply(turn: &Turn, to: &MessageId, text: &str, delay: Duration) -> Resu
     }
     for (index, word) in words.iter().enumerate() {
         actix_rt::time::sleep(delay).await;
-        turn.publish(
+        turn.publish_live(
             "agent.delta",
             json!({ "reply_to": to, "index": index, "word": word }),
-        )
-        .await?;
+        )?;
     }
     turn.append_message(
         "assistant",
@@ -151,19 +157,30 @@ impl Runner for EchoAgent {
             let inputs = turn.resumption().map_or(&[][..], |r| r.inputs.as_slice());
             // One queued prompt per turn: a turn resuming one promotes no other.
             let mut first = !inputs.iter().any(|a| a.delivery == Delivery::Queue);
-            let mut resumed: Vec<MessageId> = inputs.iter().map(|a| a.id.clone()).collect();
+            let mut resumed: Vec<Admission> = inputs.to_vec();
             loop {
-                let mut promoted: Vec<MessageId> = turn
-                    .promote_steer(None)
-                    .await?
-                    .into_iter()
-                    .map(|a| a.id)
-                    .collect();
+                let mut promoted: Vec<Admission> = turn.promote_steer(None).await?;
                 if std::mem::take(&mut first) {
                     // One queued prompt per turn: the runtime starts the next turn for the next.
-                    promoted.extend(turn.promote_queue().await?.map(|a| a.id));
+                    promoted.extend(turn.promote_queue().await?);
                 }
-                let transcript = turn.context().await?;
+                // A prompt's transcript message has its promotion's seq, and a reply to it comes
+                // after it: reading from the oldest prompt to answer is enough, however long the
+                // session is (and nothing is read when there is nothing to answer). An input
+                // without a promotion seq (a resumption never holds one) reads it all.
+                let Some(oldest) = resumed
+                    .iter()
+                    .chain(&promoted)
+                    .map(|a| a.promoted_seq)
+                    .min()
+                else {
+                    return Ok(());
+                };
+                let resumed_ids: Vec<MessageId> =
+                    std::mem::take(&mut resumed).into_iter().map(|a| a.id).collect();
+                let promoted: Vec<MessageId> = promoted.into_iter().map(|a| a.id).collect();
+                let after = oldest.and_then(|seq| seq.checked_sub(1));
+                let transcript = turn.context_after(after).await?;
                 let open: Vec<&Message> = unanswered(&transcript);
                 let text_of = |id: &MessageId| {
                     open.iter()
@@ -171,7 +188,7 @@ impl Runner for EchoAgent {
                         .map(|m| prompt_text(m))
                 };
                 let mut todo: Vec<(MessageId, String, bool)> = Vec::new();
-                for id in std::mem::take(&mut resumed) {
+                for id in resumed_ids {
                     if let Some(text) = text_of(&id) {
                         todo.push((id, text, true));
                     }

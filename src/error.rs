@@ -157,6 +157,13 @@ pub enum Error {
         /// The session.
         session_id: SessionId,
     },
+    /// The drain this [`crate::Turn`] was given to has ended (it returned, failed, or was
+    /// cancelled by an interrupt or a shutdown): a clone kept past it publishes nothing live.
+    #[error("session {session_id}: the drain this turn belongs to has ended")]
+    TurnEnded {
+        /// The session.
+        session_id: SessionId,
+    },
     /// A configuration value was out of range.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -1,5 +1,6 @@
-//! Durable session events: the events the runtime publishes itself, typed ([`SessionEvent`]),
-//! their wire names ([`kind`]), and the stored [`EventRecord`] every event becomes.
+//! Session events: the durable events the runtime publishes itself, typed ([`SessionEvent`]),
+//! their wire names ([`kind`]), the stored [`EventRecord`] every event becomes, and the
+//! [`LiveEvent`] a runner publishes to live subscribers only.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -71,6 +72,28 @@ pub struct EventRecord {
     pub data: serde_json::Value,
     /// Commit time in milliseconds since the Unix epoch.
     pub time: i64,
+}
+
+/// A live-only event a runner published with [`crate::Turn::publish_live`]: handed to the
+/// session's open streams on this node ([`crate::Sessions::stream`], SSE) and never stored. It
+/// has no seq, so it cannot be replayed: a stream that reconnects gets the durable events it
+/// missed and only the live events published from then on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LiveEvent {
+    /// The session the event belongs to.
+    pub session_id: SessionId,
+    /// The runner-defined name, such as `agent.delta`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The JSON payload.
+    pub data: serde_json::Value,
+    /// Publish time in milliseconds since the Unix epoch.
+    pub time: i64,
+    /// The seq of the newest durable event the publishing turn had committed when it published
+    /// this one (its claim's `session.execution.started`, or a later write of its own): a
+    /// stream yields this event only after that one, so a live event never overtakes the
+    /// durable events its turn wrote before it.
+    pub after_seq: u64,
 }
 
 /// An event the runtime publishes itself. Serialized adjacently tagged, as `{"type": <wire

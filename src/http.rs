@@ -45,7 +45,7 @@
 //! | `GET /sessions/{id}/messages/{message_id}` | | 200 [`Message`], 404 |
 //! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID`, `?ticket=` | `text/event-stream` |
 //! | `POST /sessions/{id}/events/ticket` | | 200 `{ticket, expires_at, expires_in_ms}` |
-//! | `GET /events` | `?ticket=` | `text/event-stream`: every session's events, live only |
+//! | `GET /events` | `?ticket=` | `text/event-stream`: every session's committed events as they commit (no replay; no live-only events) |
 //! | `POST /events/ticket` | | 200 a ticket for `GET /events` |
 //! | `GET /healthz` | | 200 `{"status": "ok"}` (never needs the token) |
 //! | `GET /stats` | | 200 `{sessions_live, claimed, oldest_claim_age_ms, active_turns, transactions_committed, largest_batch, write_requests, failed_write_requests, actors_started, actors_replaced, event_streams}` |
@@ -83,6 +83,20 @@
 //! events, and ends when the runtime shuts down (or with an `event: stream.error` frame on a
 //! store fault; a client reconnects with `Last-Event-ID` and loses nothing). Streams need
 //! HTTP/1.1: over HTTP/1.0 the answer is 505.
+//!
+//! Live-only events ([`Turn::publish_live`]) published while the stream is open come
+//! interleaved, each after the durable events its turn wrote before it, as frames **without
+//! `id:`** whose `data:` is the [`LiveEvent`] (`session_id`, `type`, `data`, `time`,
+//! `after_seq`: no `seq`):
+//!
+//! ```text
+//! event: agent.delta
+//! data: {"session_id":"s1","type":"agent.delta","data":{"word":"hello"},"time":1764504000000,"after_seq":6}
+//! ```
+//!
+//! They are never stored and never replayed, and `Last-Event-ID` stays a durable seq: a client
+//! that reconnects gets the durable events it missed and the live ones from then on. With
+//! several nodes, a stream gets the live events of turns running on its own node only.
 //!
 //! Streams scale per session: the runtime routes each committed event only to the streams of
 //! its session (one dispatcher thread per runtime), so a stream of a silent session costs no
@@ -124,6 +138,8 @@
 //! [`Terminal`]: crate::Terminal
 //! [`Message`]: crate::Message
 //! [`EventRecord`]: crate::EventRecord
+//! [`LiveEvent`]: crate::LiveEvent
+//! [`Turn::publish_live`]: crate::Turn::publish_live
 
 mod console;
 mod error;

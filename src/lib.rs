@@ -141,14 +141,18 @@
 //!     unit- and property-tested on its own.
 //! - `outcome`: how a drain ends ([`RunError`], `Exit`) and how that ending is classified
 //!   (`terminal`, [`Terminal`]).
-//! - `turn`: [`Turn`], what a drain is given: its [`TurnCause`], what it resumes, and the writes
-//!   a runner makes (promote prompts, append messages, publish events). It holds only the
-//!   journal and its session.
+//! - `turn`: [`Turn`], what a drain is given: its [`TurnCause`], what it resumes, the writes a
+//!   runner makes (promote prompts, append messages, publish events), the transcript reads
+//!   (whole, after a cursor, the tail) and live-only events ([`Turn::publish_live`]: to the
+//!   session's open streams, never stored). It holds the journal, its session and the sink of
+//!   live events (seen through a trait, so it imports nothing above it).
 //! - `runner`: the [`Runner`] trait you implement.
 //! - `service`: [`Sessions`], the session service: create, list, prompt admission, interrupt
-//!   and resume, transcripts and replay-then-live event streams (fed per session by one
-//!   dispatcher per runtime, `service::fanout`); every input is validated before anything is
-//!   read or written.
+//!   and resume, transcripts and replay-then-live event streams ([`SessionEvents`], durable;
+//!   [`SessionStream`], with live-only events interleaved), fed per session by
+//!   `service::fanout` (one dispatcher per runtime for committed events; live-only events go
+//!   straight from the publishing drain); every input is validated before anything is read
+//!   or written.
 //! - `execution`: [`Execution`], the handle that starts, wakes, interrupts and awaits turns by
 //!   messaging session actors.
 //! - `runtime`: [`Runtime`] and [`RuntimeBuilder`]: take the owner lock, open the journal,
@@ -163,7 +167,8 @@
 //! - `records`: the public data types: sessions, list and transcript queries, admissions,
 //!   transcript messages, claim state, resumptions.
 //! - `event`: the events the runtime publishes itself, typed ([`SessionEvent`]), their wire
-//!   names (`kind`), and the stored [`EventRecord`] every event becomes.
+//!   names (`kind`), the stored [`EventRecord`] every event becomes, and the [`LiveEvent`] a
+//!   runner publishes live only.
 //! - `id`: the validated identifiers [`SessionId`] and [`MessageId`].
 //! - `error`: [`Error`], the umbrella error of the public API, and [`StoreError`] for the
 //!   SQLite layer.
@@ -201,7 +206,7 @@ mod turn;
 pub use config::{RuntimeConfig, Synchronous};
 pub use error::{Error, Result, StoreError};
 pub use event::{
-    kind, EventRecord, SessionEvent, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION,
+    kind, EventRecord, LiveEvent, SessionEvent, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION,
     RESTART_NOTICE_TEXT,
 };
 pub use execution::Execution;
@@ -217,8 +222,8 @@ pub use registry::RegistryStats;
 pub use runner::Runner;
 pub use runtime::{EventStream, RecvError, Runtime, RuntimeBuilder, RuntimeStats};
 pub use service::{
-    CreateSession, Creation, PromptInput, SessionEvents, Sessions, MAX_JSON_DEPTH, MAX_MODEL_BYTES,
-    MAX_PAGE_SIZE, MAX_TEXT_BYTES,
+    CreateSession, Creation, PromptInput, SessionEvents, SessionStream, Sessions, StreamItem,
+    MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES,
 };
 pub use turn::{Turn, TurnCause};
 

@@ -19,7 +19,7 @@ use crate::registry::{
     AfterPassivation, Ready, Registry, RegistryStats, StopSupervisor, Supervisor,
 };
 use crate::runner::Runner;
-use crate::service::Sessions;
+use crate::service::{Fanout, Sessions};
 use crate::session::Environment;
 
 /// Configures and starts a [`Runtime`].
@@ -184,12 +184,15 @@ impl RuntimeBuilder {
         let registry = Arc::new(Registry::new(
             arbiters.iter().map(Arbiter::handle).collect(),
         ));
+        let config = Arc::new(config);
         let env = Arc::new(Environment {
             journal: journal.clone(),
             runner,
             boot,
             idle_timeout: config.idle_timeout,
             host: registry.clone(),
+            // The streams' routes: `Sessions` handles of this runtime find the same one.
+            live: Fanout::of(&config),
         });
         let supervisor = Supervisor::new(
             registry.clone(),
@@ -206,7 +209,7 @@ impl RuntimeBuilder {
                 journal,
                 registry,
                 env,
-                config: Arc::new(config),
+                config,
                 owner: Mutex::new(owner),
                 supervisor,
                 arbiters,
@@ -338,7 +341,8 @@ impl Runtime {
         .await
     }
 
-    /// A live stream of every event committed from now on.
+    /// A live stream of every event committed from now on (durable events only: live-only
+    /// events, [`crate::Turn::publish_live`], reach a session's [`Sessions::stream`]).
     pub fn subscribe(&self) -> EventStream {
         EventStream {
             receiver: self.inner.journal.subscribe(),

@@ -6,8 +6,10 @@
 //! - `control`: execution control through the service (`interrupt`, `resume`, `switch_model`,
 //!   `await_idle`, `active`);
 //! - `transcript`: `messages`, `message` and `context`;
-//! - `events`: the replay-then-live [`SessionEvents`] stream;
-//! - `fanout`: the per-session routing of committed events to those streams;
+//! - `events`: the replay-then-live [`SessionEvents`] stream of durable events, and the engine
+//!   and items ([`StreamItem`]) it shares with `stream`;
+//! - `stream`: [`SessionStream`], the same with the session's live-only events interleaved;
+//! - `fanout`: the per-session routing of committed and live-only events to those streams;
 //! - `validate`: the input limits every method checks before touching the store.
 //!
 //! Every method validates its input first (an invalid input is [`Error::InvalidInput`] and
@@ -19,6 +21,7 @@ mod control;
 mod events;
 mod fanout;
 mod prompt;
+mod stream;
 mod transcript;
 mod validate;
 
@@ -34,9 +37,10 @@ use crate::journal::Created;
 use crate::journal::Journal;
 use crate::records::{ListQuery, SessionInfo};
 
-pub use events::SessionEvents;
+pub use events::{SessionEvents, StreamItem};
 pub(crate) use fanout::Fanout;
 pub use prompt::PromptInput;
+pub use stream::SessionStream;
 pub use validate::{MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES};
 
 /// What [`Sessions::create`] takes.

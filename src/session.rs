@@ -30,7 +30,7 @@ use crate::journal::Journal;
 use crate::outcome::{Exit, RunError, Terminal};
 use crate::records::Resumption;
 use crate::runner::Runner;
-use crate::turn::{Turn, TurnCause};
+use crate::turn::{LiveSink, Turn, TurnCause, TurnSetup};
 
 /// What every session actor of a runtime is given when it starts.
 pub(crate) struct Environment {
@@ -44,6 +44,8 @@ pub(crate) struct Environment {
     pub(crate) idle_timeout: Duration,
     /// The actor's registry entry and the `active()` set.
     pub(crate) host: Arc<dyn Host>,
+    /// Where its turns' live-only events go (the runtime's per-session stream routes).
+    pub(crate) live: Arc<dyn LiveSink>,
 }
 
 impl std::fmt::Debug for Environment {
@@ -162,6 +164,9 @@ struct Running {
     /// The turn's claim failed to commit: the turn never started, so nothing is recorded for
     /// its end, and its callers get this error.
     claim_failed: Option<SettleError>,
+    /// The seq of the newest durable event of the turn before its drain (its claim, or the
+    /// restart notice of a resumed turn): its live events never overtake it on a stream.
+    committed: Option<u64>,
 }
 
 impl std::fmt::Debug for SessionActor {
@@ -273,6 +278,9 @@ impl SessionActor {
         crash::point(crash::BEFORE_CLAIM);
         let commit = async move { journal.claim_turn(id, boot, epoch).await };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            let result = result.map(|seq| {
+                act.running.get_or_insert_with(Box::default).committed = Some(seq);
+            });
             let result = result.map_err(|e| {
                 log::error!("session {}: claim failed: {e}", act.id);
                 act.fenced |= matches!(e, StoreError::Fenced { .. });
@@ -297,24 +305,33 @@ impl SessionActor {
         wake_seq: Option<u64>,
         ctx: &mut Context<Self>,
     ) {
-        let recovery = self.running.take().and_then(|r| r.recovery);
+        let (recovery, committed) = self
+            .running
+            .take()
+            .map_or((None, None), |r| (r.recovery, r.committed));
+        let committed = committed.or(recovery.as_ref().map(|r| r.notice_seq));
         let cause = match (mode, recovery) {
             (Mode::Run, Some(resumption)) => TurnCause::Recovery(resumption),
             (Mode::Run, None) => TurnCause::Resume,
             (Mode::Wake, _) => TurnCause::Wake { seq: wake_seq },
         };
-        let turn = Turn::new(
-            self.env.journal.clone(),
-            self.id.clone(),
-            cause,
+        let setup = TurnSetup {
             wake_seq,
-            self.epoch(),
-        );
+            epoch: self.epoch(),
+            committed: committed.unwrap_or(0),
+            live: self.env.live.clone(),
+        };
+        let turn = Turn::new(self.env.journal.clone(), self.id.clone(), cause, setup);
         let runner = self.env.runner.clone();
+        // Its turns are marked ended with the future: returned, panicked or cancelled.
+        let end = turn.end_guard();
         let future = DropSafe(Some(
-            AssertUnwindSafe(async move { runner.drain(turn).await })
-                .catch_unwind()
-                .boxed_local(),
+            AssertUnwindSafe(async move {
+                let _end = end;
+                runner.drain(turn).await
+            })
+            .catch_unwind()
+            .boxed_local(),
         ));
         let handle = ctx.spawn(future.into_actor(self).map(move |result, act, ctx| {
             if act
@@ -339,6 +356,7 @@ impl SessionActor {
         }));
         self.running = Some(Box::new(Running {
             drain: Some((drain, handle)),
+            committed,
             ..Running::default()
         }));
     }

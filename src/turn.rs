@@ -1,15 +1,58 @@
-//! [`Turn`]: what a runner's drain is given — the session, how the drain was started, and
-//! methods that write through the journal.
+//! [`Turn`]: what a runner's drain is given — the session, how the drain was started, methods
+//! that write through the journal, reads of the transcript (whole, after a cursor, or its
+//! tail), and live-only events, which go to the session's open streams and never to the store.
 
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
-use crate::event::{kind, EventRecord};
+use crate::error::{Error, Result, StoreError};
+use crate::event::{kind, EventRecord, LiveEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::Journal;
 use crate::records::{Admission, Message, Resumption};
+
+/// Where a turn's live-only events go: the runtime's per-session routes to its open event
+/// streams (`service::fanout`). Session actors are handed it in their `Environment`, so `turn`
+/// imports nothing above it.
+pub(crate) trait LiveSink: Send + Sync {
+    /// Hands `event` to the open streams of its session that take live events; never blocks,
+    /// never waits for a reader (a stream whose buffer is full misses it).
+    fn publish(&self, event: Arc<LiveEvent>);
+}
+
+/// [`Shared::state`]: the drain runs.
+const OPEN: u8 = 0;
+/// [`Shared::state`]: the drain returned or was cancelled.
+const ENDED: u8 = 1;
+/// [`Shared::state`]: a write of the drain was fenced (another node owns the session now).
+const FENCED: u8 = 2;
+
+/// What every clone of one drain's [`Turn`] shares.
+#[derive(Debug)]
+struct Shared {
+    /// [`OPEN`], [`ENDED`] or [`FENCED`]: checked in memory before a live event is published,
+    /// so a clone kept past its drain (or a drain another node took over) publishes nothing.
+    state: AtomicU8,
+    /// The seq of the newest durable event this turn committed (its claim, then its own
+    /// writes): [`LiveEvent::after_seq`] of what it publishes live.
+    committed: AtomicU64,
+}
+
+/// Marks its drain's [`Turn`]s ended when dropped: the session actor keeps one inside the
+/// drain's future, so it ends with the future (returned, failed, panicked or cancelled).
+pub(crate) struct DrainEnd(Arc<Shared>);
+
+impl Drop for DrainEnd {
+    fn drop(&mut self) {
+        // A fenced turn stays fenced: that is the better answer to a late publisher.
+        let _ = self
+            .0
+            .state
+            .compare_exchange(OPEN, ENDED, Ordering::AcqRel, Ordering::Acquire);
+    }
+}
 
 /// Why a drain runs: what the runner is asked to serve.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +85,10 @@ pub struct Turn {
     /// The fencing epoch of the session's ownership this drain runs under: every write checks
     /// it, so a node the session was taken from writes nothing more.
     epoch: u64,
+    /// Whether the drain still runs, and the newest seq it committed; shared by its clones.
+    shared: Arc<Shared>,
+    /// Where [`Turn::publish_live`] hands its events.
+    live: Arc<dyn LiveSink>,
 }
 
 impl std::fmt::Debug for Turn {
@@ -53,21 +100,57 @@ impl std::fmt::Debug for Turn {
     }
 }
 
+/// Where a drain runs and what it starts from (the arguments of [`Turn::new`] beyond the
+/// journal, the session and the cause).
+pub(crate) struct TurnSetup {
+    /// The drain's interrupt fence (its wake's admission seq).
+    pub(crate) wake_seq: Option<u64>,
+    /// The fencing epoch the drain writes under.
+    pub(crate) epoch: u64,
+    /// The seq of the newest durable event of the turn before the drain starts (its claim's
+    /// `session.execution.started`, or the restart notice of a resumed turn).
+    pub(crate) committed: u64,
+    /// Where live-only events go.
+    pub(crate) live: Arc<dyn LiveSink>,
+}
+
 impl Turn {
     pub(crate) fn new(
         journal: Journal,
         session_id: SessionId,
         cause: TurnCause,
-        wake_seq: Option<u64>,
-        epoch: u64,
+        setup: TurnSetup,
     ) -> Self {
         Self {
             journal,
             session_id,
             cause,
-            wake_seq,
-            epoch,
+            wake_seq: setup.wake_seq,
+            epoch: setup.epoch,
+            shared: Arc::new(Shared {
+                state: AtomicU8::new(OPEN),
+                committed: AtomicU64::new(setup.committed),
+            }),
+            live: setup.live,
         }
+    }
+
+    /// The guard that marks this drain's turns ended when it is dropped (see [`DrainEnd`]).
+    pub(crate) fn end_guard(&self) -> DrainEnd {
+        DrainEnd(self.shared.clone())
+    }
+
+    /// Remembers that this turn committed event `seq`.
+    fn committed(&self, seq: u64) {
+        self.shared.committed.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// The error a write returned, remembering a fence (later live events are refused too).
+    fn failed(&self, error: StoreError) -> Error {
+        if matches!(error, StoreError::Fenced { .. }) {
+            self.shared.state.store(FENCED, Ordering::Release);
+        }
+        error.into()
     }
 
     /// Why this drain runs.
@@ -108,10 +191,15 @@ impl Turn {
     /// [`Error::Store`] when the write failed (nothing was promoted); [`Error::Fenced`] when
     /// another node took the session over (several nodes sharing a database): stop the drain.
     pub async fn promote_steer(&self, cutoff: Option<u64>) -> Result<Vec<Admission>> {
-        Ok(self
+        let promoted = self
             .journal
             .promote_steer(self.session_id.clone(), cutoff, self.epoch)
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if let Some(seq) = promoted.iter().filter_map(|a| a.promoted_seq).max() {
+            self.committed(seq);
+        }
+        Ok(promoted)
     }
 
     /// Promotes only the oldest pending `queue` input (one per turn), if any.
@@ -119,10 +207,15 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the write failed.
     pub async fn promote_queue(&self) -> Result<Option<Admission>> {
-        Ok(self
+        let promoted = self
             .journal
             .promote_queue(self.session_id.clone(), self.epoch)
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))?;
+        if let Some(seq) = promoted.as_ref().and_then(|a| a.promoted_seq) {
+            self.committed(seq);
+        }
+        Ok(promoted)
     }
 
     /// The inputs still pending in the session's inbox, in admission order.
@@ -139,42 +232,144 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the write failed.
     pub async fn append_message(&self, kind: &str, data: Value) -> Result<MessageId> {
-        Ok(self
+        let (id, seq) = self
             .journal
             .append_message(self.session_id.clone(), kind.to_owned(), data, self.epoch)
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.committed(seq);
+        Ok(id)
     }
 
-    /// Publishes a runner-defined event on the session's log (committed, then broadcast).
+    /// Publishes a runner-defined event on the session's log (committed, then broadcast). For
+    /// progress that need not be stored (the words of a reply being generated), see
+    /// [`Turn::publish_live`].
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for an empty, over-long or control-character name, or one of the runtime's own event names (those
     /// carry projections only the runtime may trigger); [`Error::Store`] when the write failed.
     pub async fn publish(&self, event: &str, data: Value) -> Result<EventRecord> {
-        if event.is_empty() || event.len() > 128 || event.chars().any(char::is_control) {
-            return Err(Error::invalid(
-                "event",
-                "must be 1 to 128 bytes without control characters",
-            ));
-        }
+        check_name(event)?;
         if kind::BUILTIN.contains(&event) && event != kind::SYNTHETIC {
             return Err(Error::invalid(
                 "event",
                 format!("{event} is published by the runtime itself"),
             ));
         }
-        Ok(self
+        let record = self
             .journal
             .publish(self.session_id.clone(), event.to_owned(), data, self.epoch)
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))?;
+        self.committed(record.seq);
+        Ok(record)
+    }
+
+    /// Publishes a **live-only** event: handed at once to the session's open streams
+    /// ([`crate::Sessions::stream`], and over HTTP the SSE stream `GET /sessions/{id}/events`,
+    /// as a frame without `id:`) and never stored: no seq, no commit, no database write. Meant
+    /// for progress that the durable log should not grow by, such as the words of a reply
+    /// being generated (append the finished reply once, with [`Turn::append_message`]).
+    ///
+    /// Lossy by design: a stream opened (or reconnected) later gets the durable events it
+    /// missed and only the live events published from then on; a stream too far behind to
+    /// take it misses it. A stream yields a live event after every durable event this turn had
+    /// committed before publishing it ([`LiveEvent::after_seq`]). With several nodes sharing a
+    /// PostgreSQL database, live events reach the streams open on the node running the turn
+    /// only (durable events reach every node's).
+    ///
+    /// It costs no I/O: the event is checked, wrapped once in an `Arc`, and handed to each of
+    /// the session's streams (none when nobody follows the session).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for an empty, over-long or control-character name, or one of
+    /// the runtime's own event names; [`Error::TurnEnded`] when the drain this turn was given
+    /// to has ended (a clone kept past it, or a drain an interrupt cancelled);
+    /// [`Error::Fenced`] when a write of this drain was fenced (another node owns the session).
+    pub fn publish_live(&self, event: &str, data: Value) -> Result<()> {
+        check_name(event)?;
+        if kind::BUILTIN.contains(&event) {
+            return Err(Error::invalid(
+                "event",
+                format!("{event} is published by the runtime itself"),
+            ));
+        }
+        match self.shared.state.load(Ordering::Acquire) {
+            OPEN => {}
+            FENCED => {
+                return Err(Error::Fenced {
+                    session_id: self.session_id.clone(),
+                })
+            }
+            _ => {
+                return Err(Error::TurnEnded {
+                    session_id: self.session_id.clone(),
+                })
+            }
+        }
+        self.live.publish(Arc::new(LiveEvent {
+            session_id: self.session_id.clone(),
+            kind: event.to_owned(),
+            data,
+            time: crate::journal::now_ms(),
+            after_seq: self.shared.committed.load(Ordering::Acquire),
+        }));
+        Ok(())
     }
 
     /// The transcript a runner feeds the model, in order. A `user` message whose turn a user
     /// interrupted has [`Message::interrupted`] set: it must not be answered again.
+    ///
+    /// It reads the whole transcript, so its cost grows with the session: a runner that keeps
+    /// what it read (or needs only the recent part) reads [`Turn::context_after`] or
+    /// [`Turn::context_tail`] instead.
     ///
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn context(&self) -> Result<Vec<Message>> {
         Ok(self.journal.context(self.session_id.clone()).await?)
     }
+
+    /// The transcript messages with [`Message::seq`] greater than `after` (all when `None`),
+    /// in order: what was added since a message the runner already has. The cursor is a
+    /// message's `seq` (any event seq works: a message's seq is the seq of the event that
+    /// created it), read with one indexed range scan, so the cost is that of the messages
+    /// returned, not of the session's history.
+    ///
+    /// Messages before the cursor are not read again, so a change to one of them is not seen
+    /// here: [`Message::interrupted`] is set on the `user` messages of a turn when a user
+    /// interrupts it, which is after its drain ended; a later drain re-reads from the oldest
+    /// message it must act on (e.g. from [`Admission::promoted_seq`]), as the demo agent does.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the read failed.
+    pub async fn context_after(&self, after: Option<u64>) -> Result<Vec<Message>> {
+        Ok(self
+            .journal
+            .context_after(self.session_id.clone(), after)
+            .await?)
+    }
+
+    /// The newest `n` transcript messages, in order (oldest of them first): a bounded window
+    /// of the conversation, read with one indexed scan from the end.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when the read failed.
+    pub async fn context_tail(&self, n: usize) -> Result<Vec<Message>> {
+        Ok(self
+            .journal
+            .context_tail(self.session_id.clone(), n)
+            .await?)
+    }
+}
+
+/// Checks a runner-defined event name: 1 to 128 bytes without control characters.
+fn check_name(event: &str) -> Result<()> {
+    if event.is_empty() || event.len() > 128 || event.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            "event",
+            "must be 1 to 128 bytes without control characters",
+        ));
+    }
+    Ok(())
 }

@@ -31,7 +31,8 @@ use common::{next_commit, server_binary};
 const WAIT: Duration = Duration::from_secs(30);
 
 /// Promotes every pending prompt and answers each with an `assistant` message; sessions whose id
-/// starts with `slow` promote, then never finish (until interrupted).
+/// starts with `slow` promote, then never finish (until interrupted); sessions whose id starts
+/// with `live` publish three live-only `agent.delta` events (`{"i"}`) before each answer.
 struct TestAgent;
 
 impl Runner for TestAgent {
@@ -41,6 +42,11 @@ impl Runner for TestAgent {
             promoted.extend(turn.promote_queue().await?);
             if turn.session_id().as_str().starts_with("slow") {
                 futures::future::pending::<()>().await;
+            }
+            if turn.session_id().as_str().starts_with("live") {
+                for i in 0..3 * promoted.len() {
+                    turn.publish_live("agent.delta", json!({ "i": i }))?;
+                }
             }
             for admission in promoted {
                 let reply = json!({ "reply_to": admission.id, "text": "ok" });
@@ -180,20 +186,27 @@ impl Sse {
         }
     }
 
-    /// The next event frame (skipping comments), checked for consistency: `id` is the data's
-    /// `seq`, `event` its `type`.
+    /// The next event frame (skipping comments), checked for consistency: `event` is the
+    /// data's `type`; a durable event's `id` is its `seq`, and a live-only event's frame has
+    /// neither.
     async fn event(&mut self) -> Frame {
         loop {
             let frame = self.frame().await;
-            if let (Some(id), Some(data)) = (frame.id, &frame.data) {
-                assert_eq!(data["seq"], json!(id), "id is the seq: {frame:?}");
+            let Some(data) = &frame.data else {
+                continue;
+            };
+            match frame.id {
+                Some(id) => assert_eq!(data["seq"], json!(id), "id is the seq: {frame:?}"),
+                None => assert!(data.get("seq").is_none(), "live-only: no seq: {frame:?}"),
+            }
+            if !is(&frame, "stream.error") {
                 assert_eq!(
                     data["type"].as_str(),
                     frame.event.as_deref(),
                     "event is the type: {frame:?}"
                 );
-                return frame;
             }
+            return frame;
         }
     }
 
@@ -861,6 +874,56 @@ async fn sse_reconnect_with_last_event_id_resumes_without_gap_or_duplicate() {
     h.stop().await;
 }
 
+/// A live-only event is an SSE frame with `event:` and `data:` (the event without a seq) and no
+/// `id:`, so `Last-Event-ID` stays a durable seq; it is sent to the streams open when it is
+/// published and never replayed.
+#[actix_rt::test]
+async fn sse_frames_of_live_only_events_have_no_id() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    h.session("live").await;
+    let mut stream = api.events("/sessions/live/events", None).await;
+    assert!(is(&stream.event().await, kind::CREATED));
+    let (status, body) = api
+        .post("/sessions/live/prompt", json!({ "text": "hi" }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let seen = stream.until(|f| is(f, kind::EXECUTION_SUCCEEDED)).await;
+    let live: Vec<&Frame> = seen.iter().filter(|f| is(f, "agent.delta")).collect();
+    assert_eq!(live.len(), 3, "{seen:?}");
+    for (i, frame) in live.iter().enumerate() {
+        assert_eq!(frame.id, None, "no id: {frame:?}");
+        let data = frame.data.as_ref().expect("data");
+        assert_eq!(data["type"], json!("agent.delta"));
+        assert_eq!(data["session_id"], json!("live"));
+        assert_eq!(data["data"], json!({ "i": i }));
+        assert!(
+            data["time"].is_i64() && data["after_seq"].is_u64(),
+            "{data}"
+        );
+    }
+    let promoted = seen
+        .iter()
+        .position(|f| is(f, kind::PROMPT_PROMOTED))
+        .expect("promoted");
+    let first_live = seen.iter().position(|f| is(f, "agent.delta")).unwrap();
+    assert!(promoted < first_live, "after the promotion: {seen:?}");
+    assert_eq!(
+        live[0].data.as_ref().expect("data")["after_seq"],
+        json!(seen[promoted].id.expect("a seq")),
+        "after its turn's last write"
+    );
+    assert_contiguous(&ids(&seen), 1);
+    // The last id seen is a durable seq, whatever frames came after it; a replay (what a
+    // reconnect gets) has no live event.
+    let last = seen.iter().rev().find_map(|f| f.id).expect("a seq");
+    let mut replay = api.events("/sessions/live/events?after=0", None).await;
+    let replayed = replay.until(|f| f.id == Some(last)).await;
+    assert!(!replayed.iter().any(|f| f.id.is_none()), "{replayed:?}");
+    assert_contiguous(&ids(&replayed), 1);
+    h.stop().await;
+}
+
 #[actix_rt::test]
 async fn a_shut_down_runtime_answers_503() {
     let h = Harness::start(HttpOptions::new()).await;
@@ -993,7 +1056,7 @@ async fn prompt_until_mid_reply(api: &Api) -> Vec<Frame> {
 /// After a restart: the log continues from `seen` with the continue notice, the agent's
 /// `agent.continuing`, and a succeeded turn; the transcript holds the prompt and its reply.
 async fn assert_resumed(api: &Api, seen: &[Frame]) {
-    let last = seen.last().and_then(|f| f.id).expect("a seq");
+    let last = seen.iter().rev().find_map(|f| f.id).expect("a seq");
     let mut events = api
         .events("/sessions/demo/events", Some(&last.to_string()))
         .await;
@@ -1115,7 +1178,7 @@ async fn the_readme_walkthrough_never_answers_an_interrupted_prompt() {
     drop(server); // SIGKILL mid-reply of B
     let server = ServerProcess::spawn(&db, 5);
     let api = server.api();
-    let last = seen.last().and_then(|f| f.id).expect("a seq");
+    let last = seen.iter().rev().find_map(|f| f.id).expect("a seq");
     let mut events = api
         .events("/sessions/demo/events", Some(&last.to_string()))
         .await;

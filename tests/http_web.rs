@@ -411,22 +411,23 @@ async fn a_start_past_the_end_of_the_log_is_400() {
 }
 
 /// Every frame that carries data carries `event:` too (so a browser's `onmessage` never fires
-/// and listeners are per event name), on a turn with runner-defined events.
+/// and listeners are per event name), on a turn with runner-defined live-only events (the
+/// stream opens before the prompt: live events are not replayed).
 #[actix_rt::test]
 async fn every_frame_with_data_is_named() {
     let server = WebServer::start(HttpOptions::new(), Duration::from_millis(1)).await;
     let base = server.base();
     create(&base, "named").await;
-    let request = client()
-        .post(format!("{base}/sessions/named/prompt"))
-        .insert_header(("Content-Type", "application/json"));
-    let (status, _, body) = send(request, Some(r#"{"text": "a b c"}"#)).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let mut stream = client()
         .get(format!("{base}/sessions/named/events"))
         .send()
         .await
         .expect("events");
+    let request = client()
+        .post(format!("{base}/sessions/named/prompt"))
+        .insert_header(("Content-Type", "application/json"));
+    let (status, _, body) = send(request, Some(r#"{"text": "a b c"}"#)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let mut text = String::new();
     while !text.contains("event: session.execution.succeeded") {
         let chunk = actix_rt::time::timeout(WAIT, stream.next())

@@ -1,11 +1,11 @@
 //! `GET /sessions/{id}/events`: a session's event log as Server-Sent Events, replayed from a
-//! sequence number and then followed live (see the module docs of [`super`] for the format);
-//! `GET /events`: every session's events live (the console's feed); and their tickets.
+//! sequence number and then followed live, with its live-only events (frames without `id:`)
+//! interleaved (see the module docs of [`super`] for the format); `GET /events`: every
+//! session's committed events live (the console's feed); and their tickets.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::time::Duration;
 
 use actix_web::http::{header, Method, StatusCode, Version};
@@ -16,9 +16,8 @@ use serde_json::json;
 
 use super::error::ApiError;
 use super::{extract, ticket, State};
-use crate::event::EventRecord;
 use crate::runtime::{EventStream, RecvError};
-use crate::service::SessionEvents;
+use crate::service::{SessionStream, StreamItem};
 
 /// The request header a reconnecting `EventSource` sends.
 const LAST_EVENT_ID: &str = "Last-Event-ID";
@@ -50,46 +49,52 @@ fn start_after(req: &HttpRequest) -> Result<Option<u64>, ApiError> {
     })
 }
 
-/// One event as an SSE frame: `id:` its seq, `event:` its wire name, `data:` the whole
-/// [`EventRecord`] as one line of JSON.
-fn encode(event: &EventRecord) -> Bytes {
+/// One event as an SSE frame: `id:` its seq (a durable event only: a live-only event has
+/// none, so `Last-Event-ID` stays a durable seq), `event:` its wire name, `data:` the whole
+/// [`crate::EventRecord`] (or [`crate::LiveEvent`]) as one line of JSON.
+fn encode(item: &StreamItem) -> Bytes {
     // Runner-defined names are free text; keep the frame a frame.
-    let name: String = event
-        .kind
+    let name: String = item
+        .kind()
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    let data = serde_json::to_string(event).unwrap_or_else(|e| {
+    let data = match item {
+        StreamItem::Event(event) => serde_json::to_string(&**event),
+        StreamItem::Live(event) => serde_json::to_string(&**event),
+    };
+    let data = data.unwrap_or_else(|e| {
         json!({ "error": { "type": "internal", "message": e.to_string() } }).to_string()
     });
-    Bytes::from(format!(
-        "id: {}\nevent: {name}\ndata: {data}\n\n",
-        event.seq
-    ))
+    Bytes::from(match item.seq() {
+        Some(seq) => format!("id: {seq}\nevent: {name}\ndata: {data}\n\n"),
+        None => format!("event: {name}\ndata: {data}\n\n"),
+    })
 }
 
 /// Frames this worker thread encoded last, with their events.
 const RECENT_FRAMES: usize = 8;
 
 thread_local! {
-    /// A live event reaches every stream of its session as the same `Arc`: each worker encodes
-    /// it once, not once per stream (a hot session may have thousands).
-    static FRAMES: RefCell<VecDeque<(Arc<EventRecord>, Bytes)>> =
+    /// An event followed live (committed or live-only) reaches every stream of its session as
+    /// the same `Arc`: each worker encodes it once, not once per stream (a hot session may
+    /// have thousands).
+    static FRAMES: RefCell<VecDeque<(StreamItem, Bytes)>> =
         const { RefCell::new(VecDeque::new()) };
 }
 
 /// [`encode`], once per event and worker thread.
-fn frame(event: &Arc<EventRecord>) -> Bytes {
+fn frame(item: &StreamItem) -> Bytes {
     FRAMES.with(|cache| {
         let mut cache = cache.borrow_mut();
-        if let Some((_, bytes)) = cache.iter().find(|(seen, _)| Arc::ptr_eq(seen, event)) {
+        if let Some((_, bytes)) = cache.iter().find(|(seen, _)| seen.same(item)) {
             return bytes.clone();
         }
-        let bytes = encode(event);
+        let bytes = encode(item);
         if cache.len() == RECENT_FRAMES {
             cache.pop_front();
         }
-        cache.push_back((event.clone(), bytes.clone()));
+        cache.push_back((item.clone(), bytes.clone()));
         bytes
     })
 }
@@ -104,9 +109,9 @@ fn error_frame(kind: &str, message: &str) -> Bytes {
 /// What the response body does next.
 enum Feed {
     /// Say hello (the retry hint), then follow.
-    Start(SessionEvents),
+    Start(SessionStream),
     /// Follow the session's events.
-    Follow(SessionEvents),
+    Follow(SessionStream),
     /// The stream is over.
     Done,
 }
@@ -126,7 +131,7 @@ async fn step(feed: Feed, keep_alive: Duration) -> Option<(Result<Bytes, Infalli
         }
         Feed::Follow(events) => events,
     };
-    // `SessionEvents::next` is cancel-safe: a keep-alive timeout loses nothing.
+    // `SessionStream::next` is cancel-safe: a keep-alive timeout loses nothing.
     match actix_rt::time::timeout(keep_alive, events.next()).await {
         Err(_quiet) => Some((
             Ok(Bytes::from_static(b": keep-alive\n\n")),
@@ -182,7 +187,7 @@ pub(super) async fn events(
         sessions.get(&id).await?;
         return Ok(head.finish());
     }
-    let events = sessions.events(&id, after).await?;
+    let events = sessions.stream(&id, after).await?;
     let keep_alive = state.options.keep_alive;
     let body = futures::stream::unfold(Feed::Start(events), move |feed| step(feed, keep_alive));
     Ok(head.streaming(body))
@@ -238,8 +243,8 @@ async fn feed_step(
     }
 }
 
-/// `GET /events`: every session's events as they commit, live only (no replay, no `id:`:
-/// seqs are per session). A `stream.lagged` frame says events were missed (re-read what you
+/// `GET /events`: every session's committed events as they commit (no replay, no `id:`: seqs
+/// are per session; live-only events are not in it). A `stream.lagged` frame says events were missed (re-read what you
 /// show). Meant for dashboards such as the console; a client of one session reads
 /// `GET /sessions/{id}/events`, which costs nothing while its session is silent.
 pub(super) async fn feed(

@@ -205,6 +205,16 @@ pub(crate) trait Store {
     fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError>;
     /// The whole transcript of `session`, in seq order.
     fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError>;
+    /// The messages of `session` with seq greater than `after` (all when `None`), in seq
+    /// order: one range scan of the `(session_id, seq)` index.
+    fn messages_after(
+        &mut self,
+        session: &SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Message>, StoreError>;
+    /// The newest `n` messages of `session`, in seq order: one backward scan of the
+    /// `(session_id, seq)` index.
+    fn messages_tail(&mut self, session: &SessionId, n: usize) -> Result<Vec<Message>, StoreError>;
     /// The session whose transcript holds message `id`, if any.
     fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError>;
     /// The first message of `session` whose stored payload cannot be decoded.

@@ -34,7 +34,9 @@ pub(crate) use input::{admit, get_input, pending_inputs, promote_queue, promote_
 pub(crate) use maintenance::{
     delete_projections, projection_counts, transcript_owner, undecodable_message,
 };
-pub(crate) use message::{append_message, context, get_message, message_exists, messages};
+pub(crate) use message::{
+    append_message, context, get_message, message_exists, messages, messages_after, messages_tail,
+};
 #[allow(unused_imports)]
 pub(crate) use pool::{open, open_connection, Pool, StoreConfig};
 pub(crate) use recovery::{

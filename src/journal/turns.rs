@@ -53,21 +53,22 @@ fn read_transcript<T>(
 
 impl Journal {
     /// Claims a turn of `session` for process boot `boot`: commits `session.execution.started`
-    /// (data `{"boot"}`), whose projection takes the claim. Resolves once it is durable.
+    /// (data `{"boot"}`), whose projection takes the claim. Resolves, with the event's seq,
+    /// once it is durable.
     pub(crate) async fn claim_turn(
         &self,
         session: SessionId,
         boot: String,
         epoch: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<u64, StoreError> {
         self.inner
             .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 let boot = boot.clone();
-                w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
+                let started = w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
                 crate::crash::point(crate::crash::DURING_CLAIM);
-                Ok(())
+                Ok(started.seq)
             })
             .await
     }
@@ -150,28 +151,30 @@ impl Journal {
     }
 
     /// Appends a message of type `kind` to the transcript with its `session.message.appended`
-    /// event, under a fresh id, and returns the id.
+    /// event, under a fresh id, and returns the id and the event's seq (the message's).
     pub(crate) async fn append_message(
         &self,
         session: SessionId,
         kind: String,
         data: Value,
         epoch: u64,
-    ) -> Result<MessageId, StoreError> {
+    ) -> Result<(MessageId, u64), StoreError> {
         let message = MessageId::generate();
         let id = message.clone();
-        self.inner
+        let seq = self
+            .inner
             .persistence
             .write(move |w| {
                 w.store().check_fence(&session, epoch)?;
                 let event =
                     w.store()
                         .append_message(&session, &id, &kind, &data, super::now_ms())?;
+                let seq = event.seq;
                 w.record(event);
-                Ok(())
+                Ok(seq)
             })
             .await?;
-        Ok(message)
+        Ok((message, seq))
     }
 
     /// Publishes a runner-defined event (no projection) on the session's log.
@@ -217,6 +220,31 @@ impl Journal {
         self.inner
             .persistence
             .read(move |conn| conn.context(&session))
+            .await
+    }
+
+    /// The transcript messages of `session` with seq greater than `after` (all when `None`),
+    /// in seq order (empty for an unknown session).
+    pub(crate) async fn context_after(
+        &self,
+        session: SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Message>, StoreError> {
+        self.inner
+            .persistence
+            .read(move |conn| conn.messages_after(&session, after))
+            .await
+    }
+
+    /// The newest `n` transcript messages of `session`, in seq order.
+    pub(crate) async fn context_tail(
+        &self,
+        session: SessionId,
+        n: usize,
+    ) -> Result<Vec<Message>, StoreError> {
+        self.inner
+            .persistence
+            .read(move |conn| conn.messages_tail(&session, n))
             .await
     }
 

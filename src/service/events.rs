@@ -1,5 +1,6 @@
 //! [`SessionEvents`]: a session's durable event log replayed from a sequence number, then
-//! followed live, with no gap and no duplicate at the switch.
+//! followed live, with no gap and no duplicate at the switch; and the engine it shares with
+//! [`super::SessionStream`], which also yields live-only events.
 //!
 //! The technique: subscribe *first* (to this session's route of the runtime's [`super::fanout`]),
 //! then replay from the store in pages (seq greater than the last one yielded), then take live
@@ -9,6 +10,11 @@
 //! that falls behind is cut off (the runtime never waits for it and never buffers more for
 //! it), and the stream heals itself by subscribing again and re-reading the missed range from
 //! the store. A stream of a silent session is never woken.
+//!
+//! A live-only event comes straight from its publisher, so it may arrive before a durable
+//! event its turn committed earlier (that one goes through the bus and the dispatcher): it is
+//! held until the stream has yielded the event's `after_seq`, which is committed, so it arrives
+//! on the subscription or is read from the store like any other.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -21,11 +27,62 @@ use futures::Stream;
 use super::fanout::{Delivery, Subscription};
 use super::Sessions;
 use crate::error::Result;
-use crate::event::EventRecord;
+use crate::event::{EventRecord, LiveEvent};
 use crate::id::SessionId;
 
 /// Events read from the store per replay page.
 const REPLAY_PAGE: usize = 256;
+
+/// Live events a stream holds at most while it waits for the durable events before them
+/// (the oldest is dropped past it). Reached only if the store cannot be read meanwhile.
+const MAX_HELD: usize = 1024;
+
+/// One item of a [`super::SessionStream`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// A durable event of the session's log: it has a seq, and a reconnecting client gets it
+    /// again if it missed it.
+    Event(Arc<EventRecord>),
+    /// A live-only event ([`crate::Turn::publish_live`]): no seq, never stored, never
+    /// replayed.
+    Live(Arc<LiveEvent>),
+}
+
+impl StreamItem {
+    /// The seq of a durable event; `None` for a live-only one.
+    pub fn seq(&self) -> Option<u64> {
+        match self {
+            StreamItem::Event(event) => Some(event.seq),
+            StreamItem::Live(_) => None,
+        }
+    }
+
+    /// The event's wire name (its `type`).
+    pub fn kind(&self) -> &str {
+        match self {
+            StreamItem::Event(event) => &event.kind,
+            StreamItem::Live(event) => &event.kind,
+        }
+    }
+
+    /// The event's payload.
+    pub fn data(&self) -> &serde_json::Value {
+        match self {
+            StreamItem::Event(event) => &event.data,
+            StreamItem::Live(event) => &event.data,
+        }
+    }
+
+    /// Whether both are the same shared event (the same `Arc`): every stream of a session is
+    /// handed the same one.
+    pub(crate) fn same(&self, other: &StreamItem) -> bool {
+        match (self, other) {
+            (StreamItem::Event(a), StreamItem::Event(b)) => Arc::ptr_eq(a, b),
+            (StreamItem::Live(a), StreamItem::Live(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
 
 /// The follower's state; moved into the in-flight future while a read is pending.
 struct Follow {
@@ -37,6 +94,11 @@ struct Follow {
     subscription: Subscription,
     /// Replayed events not yet yielded.
     buffer: VecDeque<Arc<EventRecord>>,
+    /// Live events received, in order, not yet yielded: the first waits until `last` reaches
+    /// its `after_seq`.
+    held: VecDeque<Arc<LiveEvent>>,
+    /// Live events dropped from `held` (at [`MAX_HELD`]).
+    held_dropped: u64,
     /// Read the store before taking live events again.
     replay: bool,
     /// The runtime stopped: yield what the store still holds, then end.
@@ -45,14 +107,28 @@ struct Follow {
     heals: u64,
 }
 
-type Item = Result<Arc<EventRecord>>;
+type Item = Result<StreamItem>;
 
 impl Follow {
-    async fn next_event(&mut self) -> Option<Item> {
+    /// The oldest held live event, once the durable events its turn wrote before it were
+    /// yielded.
+    fn released(&mut self) -> Option<Arc<LiveEvent>> {
+        let first = self.held.front()?;
+        if self.last.is_some_and(|last| last >= first.after_seq) {
+            self.held.pop_front()
+        } else {
+            None
+        }
+    }
+
+    async fn next_item(&mut self) -> Option<Item> {
         loop {
+            if let Some(live) = self.released() {
+                return Some(Ok(StreamItem::Live(live)));
+            }
             if let Some(event) = self.buffer.pop_front() {
                 self.last = Some(event.seq);
-                return Some(Ok(event));
+                return Some(Ok(StreamItem::Event(event)));
             }
             if self.replay {
                 // Boxed: a follower waits far longer on the live route than on the store, and
@@ -78,7 +154,8 @@ impl Follow {
                 }
             }
             if self.closing {
-                return None;
+                // Nothing more comes: what is still held goes out before the end.
+                return self.held.pop_front().map(|live| Ok(StreamItem::Live(live)));
             }
             match self.subscription.recv().await {
                 Delivery::Event(event) => {
@@ -93,7 +170,15 @@ impl Follow {
                         continue;
                     }
                     self.last = Some(event.seq);
-                    return Some(Ok(event));
+                    return Some(Ok(StreamItem::Event(event)));
+                }
+                Delivery::Live(event) => {
+                    if self.held.len() == MAX_HELD {
+                        self.held.pop_front();
+                        self.held_dropped += 1;
+                    }
+                    // Yielded at the top of the loop once its turn's earlier writes were.
+                    self.held.push_back(event);
                 }
                 Delivery::Lagged => {
                     log::debug!(
@@ -114,13 +199,9 @@ impl Follow {
     }
 }
 
-/// A session's durable events with seq greater than a starting point, in order, then live
-/// (see [`Sessions::events`]). Read it with [`SessionEvents::next`] or as a
-/// [`futures::Stream`]. Dropping it unsubscribes.
-///
-/// The stream ends (`None`) once the runtime has shut down and every committed event of the
-/// session was yielded. An `Err` item is a failed store read; reading on retries it.
-pub struct SessionEvents {
+/// The engine of [`SessionEvents`] and [`super::SessionStream`]: a [`Follow`] driven as a
+/// cancel-safe stream, with what it has yielded so far.
+pub(super) struct Follower {
     /// The follower, when no read is in flight; `None` once the stream ended.
     idle: Option<Follow>,
     /// The read in flight: it owns the follower until it completes.
@@ -128,11 +209,12 @@ pub struct SessionEvents {
     session_id: SessionId,
     last: Option<u64>,
     heals: u64,
+    live_dropped: u64,
 }
 
-impl std::fmt::Debug for SessionEvents {
+impl std::fmt::Debug for Follower {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SessionEvents")
+        f.debug_struct("Follower")
             .field("session_id", &self.session_id)
             .field("last_seq", &self.last)
             .field("heals", &self.heals)
@@ -140,61 +222,141 @@ impl std::fmt::Debug for SessionEvents {
     }
 }
 
-impl SessionEvents {
-    /// The next event; `None` once the stream ended.
-    ///
-    /// Cancel-safe: dropping the returned future loses nothing, the next call resumes the
-    /// same read.
-    pub async fn next(&mut self) -> Option<Item> {
-        futures::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+impl Follower {
+    /// Subscribes to `session_id`'s route (with `live`, to its live events too), checks the
+    /// session exists, and starts after `after`.
+    pub(super) async fn start(
+        sessions: &Sessions,
+        session_id: &SessionId,
+        after: Option<u64>,
+        live: bool,
+    ) -> Result<Self> {
+        // Subscribe first: everything committed from here on arrives live, everything before is
+        // in the store when the first page is read.
+        let subscription = sessions.fanout.subscribe(sessions, session_id, live);
+        sessions.require(session_id).await?;
+        Ok(Follower {
+            idle: Some(Follow {
+                sessions: sessions.clone(),
+                session_id: session_id.clone(),
+                last: after,
+                subscription,
+                buffer: VecDeque::new(),
+                held: VecDeque::new(),
+                held_dropped: 0,
+                replay: true,
+                closing: false,
+                heals: 0,
+            }),
+            pending: None,
+            session_id: session_id.clone(),
+            last: after,
+            heals: 0,
+            live_dropped: 0,
+        })
     }
 
     /// The session followed.
-    pub fn session_id(&self) -> &SessionId {
+    pub(super) fn session_id(&self) -> &SessionId {
         &self.session_id
     }
 
-    /// The seq of the last event yielded (or the `after` the stream started from): a client
-    /// that reconnects with it as `after` continues without a gap or a duplicate.
-    pub fn last_seq(&self) -> Option<u64> {
+    /// The seq of the last durable event yielded (or the `after` the stream started from).
+    pub(super) fn last_seq(&self) -> Option<u64> {
         self.last
     }
 
-    /// How many times the stream fell behind the bus and re-read the missed events from the
-    /// store.
-    pub fn heals(&self) -> u64 {
+    /// Times the stream fell behind and re-read the store.
+    pub(super) fn heals(&self) -> u64 {
         self.heals
     }
-}
 
-impl Stream for SessionEvents {
-    type Item = Item;
+    /// Live events this stream missed because it was behind.
+    pub(super) fn live_dropped(&self) -> u64 {
+        self.live_dropped
+    }
 
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Item>> {
-        let this = &mut *self;
-        if this.pending.is_none() {
-            let Some(mut follow) = this.idle.take() else {
+    pub(super) fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Item>> {
+        if self.pending.is_none() {
+            let Some(mut follow) = self.idle.take() else {
                 return Poll::Ready(None);
             };
-            this.pending = Some(Box::pin(async move {
-                let item = follow.next_event().await;
+            self.pending = Some(Box::pin(async move {
+                let item = follow.next_item().await;
                 (follow, item)
             }));
         }
-        let Some(pending) = this.pending.as_mut() else {
+        let Some(pending) = self.pending.as_mut() else {
             return Poll::Ready(None);
         };
         match pending.as_mut().poll(cx) {
             Poll::Pending => Poll::Pending,
             Poll::Ready((follow, item)) => {
-                this.pending = None;
-                this.last = follow.last;
-                this.heals = follow.heals;
+                self.pending = None;
+                self.last = follow.last;
+                self.heals = follow.heals;
+                self.live_dropped = follow.subscription.live_dropped() + follow.held_dropped;
                 if item.is_some() {
-                    this.idle = Some(follow);
+                    self.idle = Some(follow);
                 }
                 Poll::Ready(item)
             }
+        }
+    }
+}
+
+/// A session's durable events with seq greater than a starting point, in order, then live
+/// (see [`Sessions::events`]). Read it with [`SessionEvents::next`] or as a
+/// [`futures::Stream`]. Dropping it unsubscribes.
+///
+/// The stream ends (`None`) once the runtime has shut down and every committed event of the
+/// session was yielded. An `Err` item is a failed store read; reading on retries it. It never
+/// yields live-only events (see [`Sessions::stream`] for a stream that does).
+#[derive(Debug)]
+pub struct SessionEvents {
+    inner: Follower,
+}
+
+impl SessionEvents {
+    /// The next event; `None` once the stream ended.
+    ///
+    /// Cancel-safe: dropping the returned future loses nothing, the next call resumes the
+    /// same read.
+    pub async fn next(&mut self) -> Option<Result<Arc<EventRecord>>> {
+        futures::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
+    /// The session followed.
+    pub fn session_id(&self) -> &SessionId {
+        self.inner.session_id()
+    }
+
+    /// The seq of the last event yielded (or the `after` the stream started from): a client
+    /// that reconnects with it as `after` continues without a gap or a duplicate.
+    pub fn last_seq(&self) -> Option<u64> {
+        self.inner.last_seq()
+    }
+
+    /// How many times the stream fell behind the bus and re-read the missed events from the
+    /// store.
+    pub fn heals(&self) -> u64 {
+        self.inner.heals()
+    }
+}
+
+impl Stream for SessionEvents {
+    type Item = Result<Arc<EventRecord>>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        loop {
+            return match self.inner.poll_item(cx) {
+                Poll::Ready(Some(Ok(StreamItem::Event(event)))) => Poll::Ready(Some(Ok(event))),
+                // Not subscribed to them: none comes.
+                Poll::Ready(Some(Ok(StreamItem::Live(_)))) => continue,
+                Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            };
         }
     }
 }
@@ -204,7 +366,8 @@ impl Sessions {
     /// in seq order, then live as they commit — with no gap and no duplicate at the switch from
     /// replay to live, even while other tasks publish to the session. A slow reader never
     /// slows the runtime: when it falls behind the bounded bus it re-reads what it missed from
-    /// the store.
+    /// the store. Live-only events ([`crate::Turn::publish_live`]) are not in it: read
+    /// [`Sessions::stream`] for both.
     ///
     /// # Errors
     /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
@@ -214,25 +377,8 @@ impl Sessions {
         session_id: &SessionId,
         after: Option<u64>,
     ) -> Result<SessionEvents> {
-        // Subscribe first: everything committed from here on arrives live, everything before is
-        // in the store when the first page is read.
-        let subscription = self.fanout.subscribe(self, session_id);
-        self.require(session_id).await?;
         Ok(SessionEvents {
-            idle: Some(Follow {
-                sessions: self.clone(),
-                session_id: session_id.clone(),
-                last: after,
-                subscription,
-                buffer: VecDeque::new(),
-                replay: true,
-                closing: false,
-                heals: 0,
-            }),
-            pending: None,
-            session_id: session_id.clone(),
-            last: after,
-            heals: 0,
+            inner: Follower::start(self, session_id, after, false).await?,
         })
     }
 }

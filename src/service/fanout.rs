@@ -1,4 +1,5 @@
-//! [`Fanout`]: per-session delivery of committed events to the runtime's event streams.
+//! [`Fanout`]: per-session delivery of committed events, and of live-only events, to the
+//! runtime's event streams.
 //!
 //! The journal's bus is global: every subscriber of it sees every event of every session. A
 //! server with thousands of open event streams, most of them on silent sessions, would wake
@@ -7,10 +8,16 @@
 //! streams of its session, through a small bounded channel per stream. A stream of a silent
 //! session is never woken; it costs its channel and its entry in the routing table.
 //!
+//! Live-only events (`Turn::publish_live`) never touch the bus, the writer or the store: the
+//! publishing drain hands each one, as one `Arc`, straight to the channels of its session's
+//! streams that take live events ([`Fanout`] is the turns' [`LiveSink`]), on its own thread.
+//!
 //! Nothing here is durable and nothing waits for a reader: a stream whose channel is full, or
 //! every stream when the dispatcher itself lagged behind the bus, is cut off (its channel
 //! closed). The stream sees [`Delivery::Lagged`], subscribes again, and re-reads what it missed
-//! from the store, where every event is before it is broadcast.
+//! from the store, where every event is before it is broadcast. A live event that finds a
+//! stream's channel full is dropped for that stream only (counted, not cut off: the store
+//! could not give it back anyway).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -22,8 +29,9 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::Sessions;
 use crate::config::RuntimeConfig;
-use crate::event::EventRecord;
+use crate::event::{EventRecord, LiveEvent};
 use crate::id::SessionId;
+use crate::turn::LiveSink;
 
 /// Events a stream may have waiting before it is cut off (and re-reads the store).
 const STREAM_BUFFER: usize = 64;
@@ -31,10 +39,24 @@ const STREAM_BUFFER: usize = 64;
 /// How often the dispatcher checks, while the bus is quiet, whether the runtime shut down.
 const CLOSED_POLL: Duration = Duration::from_millis(250);
 
+/// What a route carries to its stream.
+enum Routed {
+    /// A committed event.
+    Durable(Arc<EventRecord>),
+    /// A live-only event.
+    Live(Arc<LiveEvent>),
+}
+
+/// The receiving end of one route.
+type Receiver = mpsc::Receiver<Routed>;
+
 /// One stream's end of its session's route.
 struct Route {
     id: u64,
-    sender: mpsc::Sender<Arc<EventRecord>>,
+    sender: mpsc::Sender<Routed>,
+    /// Live events dropped for this stream (its channel was full); `None` for a stream that
+    /// takes durable events only, to which live events are never sent.
+    live: Option<Arc<AtomicU64>>,
 }
 
 /// What the dispatcher and the streams share.
@@ -56,8 +78,9 @@ impl Routes {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Adds a route for `session`; `None` once closed.
-    fn add(&self, session: &SessionId) -> Option<(u64, mpsc::Receiver<Arc<EventRecord>>)> {
+    /// Adds a route for `session` (taking live events when `live` counts their drops);
+    /// `None` once closed.
+    fn add(&self, session: &SessionId, live: Option<&Arc<AtomicU64>>) -> Option<(u64, Receiver)> {
         let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut table = self.table();
@@ -65,10 +88,11 @@ impl Routes {
         if self.closed.load(Ordering::Acquire) {
             return None;
         }
-        table
-            .entry(session.clone())
-            .or_default()
-            .push(Route { id, sender });
+        table.entry(session.clone()).or_default().push(Route {
+            id,
+            sender,
+            live: live.cloned(),
+        });
         Some((id, receiver))
     }
 
@@ -88,7 +112,37 @@ impl Routes {
         let Some(routes) = table.get_mut(&event.session_id) else {
             return;
         };
-        routes.retain(|route| route.sender.try_send(event.clone()).is_ok());
+        routes.retain(|route| {
+            route
+                .sender
+                .try_send(Routed::Durable(event.clone()))
+                .is_ok()
+        });
+        if routes.is_empty() {
+            table.remove(&event.session_id);
+        }
+    }
+
+    /// Hands a live event to its session's streams that take live events; a stream whose
+    /// buffer is full misses it (and counts it), a closed one is removed.
+    fn route_live(&self, event: &Arc<LiveEvent>) {
+        let mut table = self.table();
+        let Some(routes) = table.get_mut(&event.session_id) else {
+            return;
+        };
+        routes.retain(|route| {
+            let Some(dropped) = &route.live else {
+                return true;
+            };
+            match route.sender.try_send(Routed::Live(event.clone())) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    dropped.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
         if routes.is_empty() {
             table.remove(&event.session_id);
         }
@@ -141,24 +195,38 @@ impl Fanout {
         fanout
     }
 
-    /// Subscribes to the events of `session` committed from now on. The dispatcher is subscribed
-    /// to the bus before the route exists, so every event committed after this call is
-    /// delivered (or the stream is told it lagged).
-    pub(crate) fn subscribe(&self, sessions: &Sessions, session: &SessionId) -> Subscription {
+    /// Subscribes to the events of `session` committed from now on, and (with `live`) to its
+    /// live-only events published from now on. The dispatcher is subscribed to the bus before
+    /// the route exists, so every event committed after this call is delivered (or the stream
+    /// is told it lagged).
+    pub(crate) fn subscribe(
+        &self,
+        sessions: &Sessions,
+        session: &SessionId,
+        live: bool,
+    ) -> Subscription {
         self.dispatcher
             .get_or_init(|| start(sessions, self.routes.clone()));
-        let route = self.routes.add(session);
+        let live = live.then(Arc::default);
+        let route = self.routes.add(session, live.as_ref());
         self.routes.streams.fetch_add(1, Ordering::Relaxed);
         Subscription {
             routes: self.routes.clone(),
             session: session.clone(),
             route,
+            live,
         }
     }
 
     /// How many subscriptions are open.
     pub(crate) fn streams(&self) -> usize {
         self.routes.streams.load(Ordering::Relaxed)
+    }
+}
+
+impl LiveSink for Fanout {
+    fn publish(&self, event: Arc<LiveEvent>) {
+        self.routes.route_live(&event);
     }
 }
 
@@ -230,6 +298,8 @@ async fn dispatch(
 pub(crate) enum Delivery {
     /// The next event of the session (possibly one already seen: streams skip those).
     Event(Arc<EventRecord>),
+    /// A live-only event of the session (only to a subscription that takes them).
+    Live(Arc<LiveEvent>),
     /// Events may have been dropped for this stream: re-read the store, then [`Subscription::renew`].
     Lagged,
     /// The runtime shut down: nothing more will be delivered.
@@ -241,7 +311,10 @@ pub(crate) struct Subscription {
     routes: Arc<Routes>,
     session: SessionId,
     /// The route and its receiving end; `None` once closed.
-    route: Option<(u64, mpsc::Receiver<Arc<EventRecord>>)>,
+    route: Option<(u64, Receiver)>,
+    /// For a subscription that takes live events: how many were dropped for it (kept across
+    /// renewals).
+    live: Option<Arc<AtomicU64>>,
 }
 
 impl Subscription {
@@ -251,7 +324,8 @@ impl Subscription {
             return Delivery::Closed;
         };
         match receiver.recv().await {
-            Some(event) => Delivery::Event(event),
+            Some(Routed::Durable(event)) => Delivery::Event(event),
+            Some(Routed::Live(event)) => Delivery::Live(event),
             None if self.routes.closed.load(Ordering::Acquire) => Delivery::Closed,
             None => Delivery::Lagged,
         }
@@ -262,7 +336,14 @@ impl Subscription {
         if let Some((id, _)) = self.route.take() {
             self.routes.remove(&self.session, id);
         }
-        self.route = self.routes.add(&self.session);
+        self.route = self.routes.add(&self.session, self.live.as_ref());
+    }
+
+    /// How many live events were dropped for this subscription because its buffer was full.
+    pub(crate) fn live_dropped(&self) -> u64 {
+        self.live
+            .as_ref()
+            .map_or(0, |dropped| dropped.load(Ordering::Relaxed))
     }
 }
 

@@ -22,8 +22,8 @@ use tempfile::TempDir;
 use super::{server_binary, WAIT};
 
 /// Promotes every pending steer prompt and answers each with `echo: <its words>`, one
-/// `agent.delta` event (`{"reply_to", "index", "word"}`) per word after `delay`, then the whole
-/// reply as one `assistant` message.
+/// live-only `agent.delta` event (`{"reply_to", "index", "word"}`) per word after `delay`, then
+/// the whole reply as one `assistant` message (as the server example's agent does).
 #[derive(Clone)]
 pub struct WordAgent {
     pub delay: Duration,
@@ -43,7 +43,7 @@ impl Runner for WordAgent {
                 for (index, word) in words.iter().enumerate() {
                     actix_rt::time::sleep(delay).await;
                     let delta = json!({ "reply_to": prompt.id, "index": index, "word": word });
-                    turn.publish("agent.delta", delta).await?;
+                    turn.publish_live("agent.delta", delta)?;
                 }
                 let reply = json!({ "text": words.join(" "), "reply_to": prompt.id });
                 turn.append_message("assistant", reply).await?;

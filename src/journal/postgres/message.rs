@@ -220,9 +220,40 @@ fn cursor_seq(
 
 /// `session`'s whole transcript in seq order.
 pub(crate) fn context(conn: &mut PgConn, session: &SessionId) -> Result<Vec<Message>, StoreError> {
-    let mut query = MessagesQuery::new(session.clone());
-    query.order = Order::Asc;
-    messages(conn, &query)
+    messages_after(conn, session, None)
+}
+
+/// `session`'s messages with seq greater than `after` (all when `None`), in seq order: a range
+/// scan of the `UNIQUE (session_id, seq)` index, whatever the transcript's length.
+pub(crate) fn messages_after(
+    conn: &mut PgConn,
+    session: &SessionId,
+    after: Option<u64>,
+) -> Result<Vec<Message>, StoreError> {
+    // -1 is below every seq.
+    let after = after.map_or(-1, seq_param);
+    let sql = concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE session_id = $1 AND seq > $2 ORDER BY seq ASC"
+    );
+    query_messages(conn, sql, &[&session.as_str(), &after])
+}
+
+/// `session`'s newest `n` messages, in seq order: a backward scan of the same index.
+pub(crate) fn messages_tail(
+    conn: &mut PgConn,
+    session: &SessionId,
+    n: usize,
+) -> Result<Vec<Message>, StoreError> {
+    let sql = concat!(
+        "SELECT ",
+        message_columns!(),
+        " FROM session_message WHERE session_id = $1 ORDER BY seq DESC LIMIT $2"
+    );
+    let mut tail = query_messages(conn, sql, &[&session.as_str(), &limit_param(Some(n))])?;
+    tail.reverse();
+    Ok(tail)
 }
 
 /// The session whose transcript holds message `id`, if any.

@@ -143,6 +143,18 @@ impl Store for PgConn {
         message::context(self, session)
     }
 
+    fn messages_after(
+        &mut self,
+        session: &SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Message>, StoreError> {
+        message::messages_after(self, session, after)
+    }
+
+    fn messages_tail(&mut self, session: &SessionId, n: usize) -> Result<Vec<Message>, StoreError> {
+        message::messages_tail(self, session, n)
+    }
+
     fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
         message::transcript_owner(self, id)
     }

@@ -177,6 +177,18 @@ impl Store for Connection {
         sqlite::context(self, session)
     }
 
+    fn messages_after(
+        &mut self,
+        session: &SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Message>, StoreError> {
+        sqlite::messages_after(self, session, after)
+    }
+
+    fn messages_tail(&mut self, session: &SessionId, n: usize) -> Result<Vec<Message>, StoreError> {
+        sqlite::messages_tail(self, session, n)
+    }
+
     fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
         sqlite::transcript_owner(self, id)
     }

@@ -223,9 +223,44 @@ fn cursor_seq(
 
 /// `session`'s whole transcript in seq order: what a runner feeds the model.
 pub(crate) fn context(conn: &Connection, session: &SessionId) -> Result<Vec<Message>, StoreError> {
-    let mut query = MessagesQuery::new(session.clone());
-    query.order = Order::Asc;
-    messages(conn, &query)
+    messages_after(conn, session, None)
+}
+
+/// `session`'s messages with seq greater than `after` (all when `None`), in seq order: a range
+/// scan of the `UNIQUE (session_id, seq)` index, whatever the transcript's length.
+pub(crate) fn messages_after(
+    conn: &Connection,
+    session: &SessionId,
+    after: Option<u64>,
+) -> Result<Vec<Message>, StoreError> {
+    // -1 is below every seq.
+    let after = after.map_or(-1, seq_param);
+    let sql = concat!(
+        "SELECT ",
+        message_columns!(),
+        ", interrupted FROM session_message WHERE session_id = ?1 AND seq > ?2 ORDER BY seq ASC"
+    );
+    query_messages(conn, sql, rusqlite::params![session.as_str(), after])
+}
+
+/// `session`'s newest `n` messages, in seq order: a backward scan of the same index.
+pub(crate) fn messages_tail(
+    conn: &Connection,
+    session: &SessionId,
+    n: usize,
+) -> Result<Vec<Message>, StoreError> {
+    let sql = concat!(
+        "SELECT ",
+        message_columns!(),
+        ", interrupted FROM session_message WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2"
+    );
+    let mut tail = query_messages(
+        conn,
+        sql,
+        rusqlite::params![session.as_str(), limit_param(Some(n))],
+    )?;
+    tail.reverse();
+    Ok(tail)
 }
 
 #[cfg(test)]
@@ -401,6 +436,60 @@ mod tests {
         );
         assert_eq!(ids(&context(&db.conn, &sid("t"))?), ["t0"]);
         assert!(context(&db.conn, &sid("ghost"))?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn messages_after_and_tail_read_only_their_window() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        let seqs: Vec<u64> = context(&db.conn, &sid("s"))?
+            .iter()
+            .map(|m| m.seq)
+            .collect();
+        let after = |cursor| -> Result<Vec<String>, StoreError> {
+            let page = messages_after(&db.conn, &sid("s"), cursor)?;
+            Ok(ids(&page).into_iter().map(String::from).collect())
+        };
+        assert_eq!(after(None)?, ["m0", "m1", "m2", "m3", "m4"]);
+        assert_eq!(after(Some(seqs[2]))?, ["m3", "m4"]);
+        assert!(after(Some(seqs[4]))?.is_empty());
+        let tail = |n| -> Result<Vec<String>, StoreError> {
+            let page = messages_tail(&db.conn, &sid("s"), n)?;
+            Ok(ids(&page).into_iter().map(String::from).collect())
+        };
+        assert_eq!(tail(2)?, ["m3", "m4"]);
+        assert_eq!(tail(9)?.len(), 5);
+        assert!(tail(0)?.is_empty());
+        assert_eq!(ids(&messages_tail(&db.conn, &sid("t"), 3)?), ["t0"]);
+        Ok(())
+    }
+
+    /// Both reads are range scans of the `(session_id, seq)` index: their cost is that of the
+    /// rows they return, however long the transcript.
+    #[test]
+    fn messages_after_and_tail_search_the_session_seq_index() -> Result<(), StoreError> {
+        let db = test_db()?;
+        seed(&db.conn)?;
+        for sql in [
+            "EXPLAIN QUERY PLAN SELECT id FROM session_message \
+             WHERE session_id = 's' AND seq > 3 ORDER BY seq ASC",
+            "EXPLAIN QUERY PLAN SELECT id FROM session_message \
+             WHERE session_id = 's' ORDER BY seq DESC LIMIT 2",
+        ] {
+            let mut stmt = db.conn.prepare(sql)?;
+            let plan: Vec<String> = stmt
+                .query_map([], |row| row.get::<_, String>(3))?
+                .collect::<rusqlite::Result<_>>()?;
+            let plan = plan.join("; ");
+            assert!(
+                plan.contains(
+                    "SEARCH session_message USING INDEX sqlite_autoindex_session_message_2"
+                ),
+                "{sql}: {plan}"
+            );
+            assert!(!plan.contains("TEMP B-TREE"), "{sql}: sorts: {plan}");
+        }
         Ok(())
     }
 
