@@ -37,7 +37,8 @@
 //! | `POST /sessions` | `{id?, parent_id?, title?, directory?, agent?, model?}` | 201 the new [`SessionInfo`], 200 the stored one if `id` exists |
 //! | `GET /sessions` | `?directory=&search=&limit=&order=asc\|desc&anchor_id=&anchor_time=&direction=previous\|next&parent_id=&top_level=true` | 200 `[SessionInfo]` |
 //! | `GET /sessions/{id}` | | 200 [`SessionInfo`], 404 |
-//! | `GET /sessions/{id}/status` | | 200 `{session, claimed, claim_age_ms, running, last_seq, last_terminal}` |
+//! | `DELETE /sessions/{id}` | `?force=true` | 200 `{"deleted": [ids]}` (the session, then the sessions below it), 404, 409 `session_busy` while a turn is in flight (unless `force`) |
+//! | `GET /sessions/{id}/status` | | 200 `{session, claimed, claim_age_ms, running, last_seq, log_start, last_terminal}` |
 //! | `POST /sessions/{id}/prompt` | `{id?, text, delivery?: "steer"\|"queue", resume?: bool}` (or `prompt` instead of `text`) | 202 the [`Admission`], 404, 409 |
 //! | `POST /sessions/{id}/interrupt` | | 200 `{"interrupted": bool}`, 404 |
 //! | `POST /sessions/{id}/resume` | | 200 how the turn ended: a [`Terminal`] such as `{"type": "succeeded"}` |
@@ -83,6 +84,12 @@
 //! events, and ends when the runtime shuts down (or with an `event: stream.error` frame on a
 //! store fault; a client reconnects with `Last-Event-ID` and loses nothing). Streams need
 //! HTTP/1.1: over HTTP/1.0 the answer is 505.
+//!
+//! When the session is deleted (`DELETE /sessions/{id}`), its streams send a last
+//! `event: session.deleted` frame and end. When retention compacted its log
+//! ([`crate::RetainEvents`]), a stream from the start begins at the first seq still held, and
+//! one from before that point (`after` or `Last-Event-ID`) is answered 410 `events_compacted`
+//! with that seq as `error.first_seq`.
 //!
 //! Streams scale per session: the runtime routes each committed event only to the streams of
 //! its session (one dispatcher thread per runtime), so a stream of a silent session costs no
@@ -289,7 +296,11 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
                     .route(web::post().to(sessions::create))
                     .route(get_or_head().to(sessions::list)),
             )
-            .service(guarded("/sessions/{id}").route(get_or_head().to(sessions::get)))
+            .service(
+                guarded("/sessions/{id}")
+                    .route(get_or_head().to(sessions::get))
+                    .route(web::delete().to(sessions::delete)),
+            )
             .service(guarded("/sessions/{id}/status").route(get_or_head().to(sessions::status)))
             .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
             .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))

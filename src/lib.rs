@@ -198,7 +198,7 @@ mod session;
 pub mod testing;
 mod turn;
 
-pub use config::{RuntimeConfig, Synchronous};
+pub use config::{RetainEvents, RuntimeConfig, Synchronous};
 pub use error::{Error, Result, StoreError};
 pub use event::{
     kind, EventRecord, SessionEvent, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION,

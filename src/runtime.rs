@@ -7,8 +7,7 @@ use std::time::Duration;
 use actix::{Actor, Addr, Arbiter};
 use tokio::sync::broadcast;
 
-use crate::config::RuntimeConfig;
-use crate::config::Synchronous;
+use crate::config::{RetainEvents, RuntimeConfig, Synchronous};
 use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
@@ -148,6 +147,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Compacts the event logs of idle sessions (see [`RetainEvents`] for what is kept and what
+    /// a replay from before the compaction point answers). Default: off, every event is kept.
+    pub fn retain_events(mut self, policy: RetainEvents) -> Self {
+        self.config.retain_events = Some(policy);
+        self
+    }
+
+    /// SQLite `journal_size_limit`: the size in bytes the write-ahead log is truncated back to
+    /// after a checkpoint. Default 64 MiB. Independently of it, the runtime truncates the WAL to
+    /// zero bytes when its writer has been idle for a second (at most every 10 s) and when it
+    /// shuts down.
+    pub fn journal_size_limit(mut self, bytes: u64) -> Self {
+        self.config.journal_size_limit = bytes;
+        self
+    }
+
     /// Replaces the whole configuration.
     pub fn config(mut self, config: RuntimeConfig) -> Self {
         self.config = config;
@@ -197,6 +212,7 @@ impl RuntimeBuilder {
             config.idle_timeout,
             self.after_passivation,
         )
+        .retain_events(config.retain_events)
         .start();
         // Wait until the supervisor runs, so a runtime shut down right after `start` never has
         // it starting during teardown.
@@ -327,6 +343,30 @@ impl Runtime {
             inner.config.max_resume_attempts,
         )
         .await
+    }
+
+    /// Runs one compaction pass of the configured retention policy now
+    /// ([`RuntimeBuilder::retain_events`]; the runtime also runs one every
+    /// [`RetainEvents::interval`]) and returns how many sessions' logs it compacted. Does
+    /// nothing (0) when retention is off.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when a read or a compaction fails (the sessions compacted before it
+    /// stay compacted).
+    pub async fn compact_events(&self) -> Result<usize> {
+        let Some(policy) = self.inner.config.retain_events else {
+            return Ok(0);
+        };
+        let done = self
+            .inner
+            .journal
+            .compact_events(
+                policy,
+                self.inner.registry.active(),
+                crate::journal::now_ms(),
+            )
+            .await?;
+        Ok(done.sessions)
     }
 
     /// A live stream of every event committed from now on.

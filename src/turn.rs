@@ -157,7 +157,7 @@ impl Turn {
                 "must be 1 to 128 bytes without control characters",
             ));
         }
-        if kind::BUILTIN.contains(&event) && event != kind::SYNTHETIC {
+        if (kind::BUILTIN.contains(&event) && event != kind::SYNTHETIC) || event == kind::DELETED {
             return Err(Error::invalid(
                 "event",
                 format!("{event} is published by the runtime itself"),

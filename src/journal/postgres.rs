@@ -77,6 +77,7 @@ mod message;
 mod node;
 mod ownership;
 mod readers;
+mod retention;
 mod schema;
 mod session;
 mod store;

@@ -19,6 +19,7 @@ mod maintenance;
 mod message;
 pub(crate) mod pool;
 mod recovery;
+mod retention;
 pub(crate) mod schema;
 mod session;
 
@@ -41,6 +42,7 @@ pub(crate) use recovery::{
     adoptable, claim_seq, clear_wakes, mark_interrupted, mark_wake, owes_turn, served_inputs,
     settle,
 };
+pub(crate) use retention::{compact, compactable, delete_session, log_start, session_tree};
 #[allow(unused_imports)]
 pub(crate) use session::{create_session, get_session, list_sessions, session_exists};
 

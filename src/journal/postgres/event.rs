@@ -129,7 +129,7 @@ fn apply(
 }
 
 /// Up to `limit` events of `session` with seq greater than `after` (all when `None`), in seq
-/// order.
+/// order, never below the start of its log (as the SQLite store's).
 pub(crate) fn events_after(
     conn: &mut PgConn,
     session: &SessionId,
@@ -140,7 +140,9 @@ pub(crate) fn events_after(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = conn.query(
         "SELECT aggregate_id, seq, type, data, time FROM event \
-         WHERE aggregate_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+         WHERE aggregate_id = $1 \
+           AND seq > GREATEST($2, COALESCE((SELECT log_start FROM session WHERE id = $1), 0) - 1) \
+         ORDER BY seq LIMIT $3",
         &[&session.as_str(), &after, &limit],
     )?;
     rows.iter()
@@ -158,7 +160,6 @@ pub(crate) fn events_after(
 }
 
 /// The seq of `session`'s latest event, or `None` before its first.
-#[cfg(test)]
 pub(crate) fn latest_seq(
     conn: &mut PgConn,
     session: &SessionId,

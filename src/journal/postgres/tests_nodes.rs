@@ -302,6 +302,14 @@ fn notifications_decode_into_signals() {
         Some(Signal::ManyEvents)
     );
     assert_eq!(
+        decode("me", "ds_events", r#"{"node":"b","deleted":[["s",7]]}"#),
+        Some(Signal::Deleted(vec![(sid("s"), 7)]))
+    );
+    assert_eq!(
+        decode("me", "ds_events", r#"{"node":"me","deleted":[["s",7]]}"#),
+        None
+    );
+    assert_eq!(
         decode("me", "ds_nodes", r#"{"node":"b","left":true}"#),
         Some(Signal::Rescan)
     );

@@ -156,7 +156,8 @@ fn read_event(row: &Row<'_>) -> rusqlite::Result<(String, u64, String, String, i
 }
 
 /// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
-/// in seq order.
+/// in seq order — never below the start of its log (`session.log_start`): after a compaction,
+/// the one older row kept (the latest interrupt request, the durable fence) is not replayed.
 pub(crate) fn events_after(
     conn: &Connection,
     session: &SessionId,
@@ -165,7 +166,9 @@ pub(crate) fn events_after(
 ) -> Result<Vec<EventRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT aggregate_id, seq, type, data, time FROM event \
-         WHERE aggregate_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+         WHERE aggregate_id = ?1 \
+           AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
+         ORDER BY seq LIMIT ?3",
     )?;
     let after = after.map_or(-1, seq_param);
     let rows = stmt
@@ -188,7 +191,6 @@ pub(crate) fn events_after(
 }
 
 /// The seq of `session`'s latest event, or `None` before its first.
-#[cfg_attr(not(test), allow(dead_code))] // used by tests and diagnostics
 pub(crate) fn latest_seq(
     conn: &Connection,
     session: &SessionId,
