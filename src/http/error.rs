@@ -199,6 +199,21 @@ mod tests {
             (store.status(), store.kind()),
             (StatusCode::INTERNAL_SERVER_ERROR, "store")
         );
+        let busy = ApiError::from(Error::SessionBusy {
+            session_id: SessionId::new("s")?,
+        });
+        assert_eq!(
+            (busy.status(), busy.kind()),
+            (StatusCode::CONFLICT, "session_busy")
+        );
+        let gone = ApiError::from(Error::EventsCompacted {
+            session_id: SessionId::new("s")?,
+            first_seq: 42,
+        });
+        assert_eq!(
+            (gone.status(), gone.kind(), gone.first_seq()),
+            (StatusCode::GONE, "events_compacted", Some(42))
+        );
         let invalid = ApiError::from(Error::InvalidInput {
             field: "limit",
             reason: "0".into(),
