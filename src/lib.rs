@@ -146,7 +146,7 @@
 //!   journal and its session.
 //! - `runner`: the [`Runner`] trait you implement.
 //! - `service`: [`Sessions`], the session service: create, list, prompt admission, interrupt
-//!   and resume, transcripts and replay-then-live event streams (fed per session by one
+//!   and resume, deletion, transcripts and replay-then-live event streams (fed per session by one
 //!   dispatcher per runtime, `service::fanout`); every input is validated before anything is
 //!   read or written.
 //! - `execution`: [`Execution`], the handle that starts, wakes, interrupts and awaits turns by
