@@ -92,6 +92,7 @@ mod tests_own;
 mod writer;
 
 pub(crate) use self::conn::{connect, PgConn};
+pub(crate) use self::event::stored_events;
 pub(crate) use self::node::Node;
 pub(crate) use self::readers::PgReaders;
 pub(crate) use self::writer::PgWriter;

@@ -28,7 +28,9 @@ pub(crate) use claim::{
     release_child_claims,
 };
 #[allow(unused_imports)]
-pub(crate) use event::{append, events_after, latest_interrupt_seq, latest_seq, project, publish};
+pub(crate) use event::{
+    append, events_after, latest_interrupt_seq, latest_seq, project, publish, stored_events,
+};
 #[allow(unused_imports)]
 pub(crate) use input::{admit, get_input, pending_inputs, promote_queue, promote_steer};
 #[allow(unused_imports)]

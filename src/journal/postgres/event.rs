@@ -145,18 +145,33 @@ pub(crate) fn events_after(
          ORDER BY seq LIMIT $3",
         &[&session.as_str(), &after, &limit],
     )?;
-    rows.iter()
-        .map(|row| {
-            let data: String = row.try_get(3)?;
-            Ok(EventRecord {
-                session_id: session_id(row.try_get(0)?)?,
-                seq: seq_value(row.try_get(1)?)?,
-                kind: row.try_get(2)?,
-                data: json_value(&data)?,
-                time: row.try_get(4)?,
-            })
-        })
-        .collect()
+    rows.iter().map(record).collect()
+}
+
+/// Every stored event row of `session`, in seq order, below the start of a compacted log too
+/// (as the SQLite store's `stored_events`).
+pub(crate) fn stored_events(
+    conn: &mut PgConn,
+    session: &SessionId,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let rows = conn.query(
+        "SELECT aggregate_id, seq, type, data, time FROM event WHERE aggregate_id = $1 \
+         ORDER BY seq",
+        &[&session.as_str()],
+    )?;
+    rows.iter().map(record).collect()
+}
+
+/// Decodes an `event` row (`aggregate_id, seq, type, data, time`).
+fn record(row: &postgres::Row) -> Result<EventRecord, StoreError> {
+    let data: String = row.try_get(3)?;
+    Ok(EventRecord {
+        session_id: session_id(row.try_get(0)?)?,
+        seq: seq_value(row.try_get(1)?)?,
+        kind: row.try_get(2)?,
+        data: json_value(&data)?,
+        time: row.try_get(4)?,
+    })
 }
 
 /// The seq of `session`'s latest event, or `None` before its first.

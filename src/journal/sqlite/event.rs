@@ -177,6 +177,30 @@ pub(crate) fn events_after(
             read_event,
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    decode_events(rows)
+}
+
+/// Every stored event row of `session`, in seq order, below the start of a compacted log too
+/// (the kept interrupt fence), without reading the session row: what `testing::events`
+/// inspects, on a database of any schema version.
+pub(crate) fn stored_events(
+    conn: &Connection,
+    session: &SessionId,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT aggregate_id, seq, type, data, time FROM event WHERE aggregate_id = ?1 \
+         ORDER BY seq",
+    )?;
+    let rows = stmt
+        .query_map([session.as_str()], read_event)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    decode_events(rows)
+}
+
+/// Decodes rows read by [`read_event`].
+fn decode_events(
+    rows: Vec<(String, u64, String, String, i64)>,
+) -> Result<Vec<EventRecord>, StoreError> {
     rows.into_iter()
         .map(|(aggregate, seq, kind, data, time)| {
             Ok(EventRecord {
