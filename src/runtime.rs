@@ -154,10 +154,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// SQLite `journal_size_limit`: the size in bytes the write-ahead log is truncated back to
-    /// after a checkpoint. Default 64 MiB. Independently of it, the runtime truncates the WAL to
-    /// zero bytes when its writer has been idle for a second (at most every 10 s) and when it
-    /// shuts down.
+    /// SQLite `journal_size_limit`, in bytes, of the write-ahead log. Default 64 MiB. (The
+    /// runtime also truncates the WAL when its writer has been idle for 1 s, and at shutdown.)
     pub fn journal_size_limit(mut self, bytes: u64) -> Self {
         self.config.journal_size_limit = bytes;
         self
@@ -345,14 +343,11 @@ impl Runtime {
         .await
     }
 
-    /// Runs one compaction pass of the configured retention policy now
-    /// ([`RuntimeBuilder::retain_events`]; the runtime also runs one every
-    /// [`RetainEvents::interval`]) and returns how many sessions' logs it compacted. Does
-    /// nothing (0) when retention is off.
+    /// Runs a compaction pass of the retention policy now (the runtime also runs one every
+    /// [`RetainEvents::interval`]); returns how many sessions it compacted (0 when off).
     ///
     /// # Errors
-    /// [`Error::Store`] when a read or a compaction fails (the sessions compacted before it
-    /// stay compacted).
+    /// [`Error::Store`] when a read or a compaction fails (what it compacted before stays).
     pub async fn compact_events(&self) -> Result<usize> {
         let Some(policy) = self.inner.config.retain_events else {
             return Ok(0);
