@@ -1,6 +1,7 @@
 //! A node's part in sharing its database with other nodes (PostgreSQL): it carries out what the
 //! database signals — a wake or an interrupt another node received for a session this node
-//! owns, events other nodes committed (for live followers here), a rescan, a lost lease — and
+//! owns, events other nodes committed (for live followers here), sessions other nodes deleted
+//! (their streams here end, their actors here stop), a rescan, a lost lease — and
 //! every quarter lease (at most every second) takes over the sessions of dead nodes, with the restart sweep's rules
 //! (budget, notice, interrupt fence, `aborted`).
 //!
@@ -69,6 +70,12 @@ impl Node {
             Signal::Nudge { session, nudge } => self.nudge(session, nudge).await,
             Signal::Events(batches) => self.env.journal.relay(batches).await,
             Signal::ManyEvents => self.env.journal.resync(),
+            Signal::Deleted(deleted) => {
+                for (session, _) in &deleted {
+                    self.registry.retire(session);
+                }
+                self.env.journal.relay_deleted(deleted);
+            }
             Signal::Rescan => {
                 self.take_over().await;
                 self.serve_missed().await;

@@ -47,6 +47,13 @@ pub struct RuntimeConfig {
     pub group_commit: bool,
     /// Events buffered per live subscriber before it is told it lagged. Default: 4096.
     pub bus_capacity: usize,
+    /// SQLite `journal_size_limit`: the size, in bytes, the write-ahead log (`<database>-wal`)
+    /// is truncated back to once a checkpoint has reset it. The runtime also truncates it to
+    /// zero when its writer goes idle and at shutdown. Default: 64 MiB.
+    pub journal_size_limit: u64,
+    /// Compaction of the event logs of idle sessions ([`RetainEvents`]). Default: `None`, every
+    /// event is kept.
+    pub retain_events: Option<RetainEvents>,
 }
 
 impl Default for RuntimeConfig {
@@ -67,6 +74,8 @@ impl Default for RuntimeConfig {
             max_prompt_bytes: 1024 * 1024,
             group_commit: true,
             bus_capacity: 4096,
+            journal_size_limit: 64 * 1024 * 1024,
+            retain_events: None,
         }
     }
 }
@@ -92,6 +101,13 @@ impl RuntimeConfig {
         if self.lease < Duration::from_millis(300) {
             return Err(Error::Config("lease must be at least 300 ms".into()));
         }
+        if let Some(retain) = &self.retain_events {
+            if retain.interval.is_zero() {
+                return Err(Error::Config(
+                    "retain_events: the interval must be positive".into(),
+                ));
+            }
+        }
         if self.postgres_url().is_some() && !cfg!(feature = "postgres") {
             return Err(Error::Config(
                 "a postgres:// database needs the `postgres` cargo feature".into(),
@@ -106,6 +122,54 @@ impl RuntimeConfig {
         let database = self.database.to_str()?;
         (database.starts_with("postgres://") || database.starts_with("postgresql://"))
             .then_some(database)
+    }
+}
+
+/// Retention of session event logs: how much of an idle session's log the runtime keeps
+/// ([`crate::RuntimeBuilder::retain_events`]; off by default).
+///
+/// Every `interval`, the runtime compacts the log of each session that holds no claim (no turn
+/// in flight anywhere), runs no turn in this process and whose newest event is older than
+/// `after_idle`: it deletes the events before its newest `keep_last`. What compaction keeps:
+///
+/// - the transcript and the inbox (their own tables), and the session row;
+/// - the seq counter: new events go on after the newest seq, never reusing one;
+/// - the session's latest `session.interrupt.requested` (the durable interrupt fence, which
+///   recovery and admission read), stored but no longer replayed.
+///
+/// The session records where its log now starts ([`crate::Sessions::log_start`]). A replay
+/// from before that point ([`crate::Sessions::events`] with an `after` below it, an SSE
+/// `after` or `Last-Event-ID`) fails with [`Error::EventsCompacted`] (HTTP 410) naming the
+/// first seq still held; a replay from the start (`after: None`) begins there. A rebuild of the
+/// inbox and transcript from the log ([`crate::Sessions::reproject`]) is refused once the log
+/// is compacted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetainEvents {
+    /// How many of a session's newest events are kept (at least). 0 compacts the whole log of
+    /// an idle session.
+    pub keep_last: u64,
+    /// How long a session must have published nothing before it is compacted.
+    pub after_idle: Duration,
+    /// How often the runtime looks for sessions to compact. Default: half of `after_idle`,
+    /// between 100 ms and 5 minutes.
+    pub interval: Duration,
+}
+
+impl RetainEvents {
+    /// Keep each idle session's newest `keep_last` events once it has been idle `after_idle`.
+    pub fn new(keep_last: u64, after_idle: Duration) -> Self {
+        Self {
+            keep_last,
+            after_idle,
+            interval: (after_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(300)),
+        }
+    }
+
+    /// Sets how often the runtime looks for sessions to compact.
+    pub fn interval(mut self, every: Duration) -> Self {
+        self.interval = every;
+        self
     }
 }
 

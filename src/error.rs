@@ -128,6 +128,26 @@ pub enum Error {
         /// The reused message id.
         message_id: MessageId,
     },
+    /// The session (or one below it) has a turn in flight — running in this process, on
+    /// another node, or left claimed by an earlier process for the restart sweep — so it was
+    /// not deleted. Nothing was written; interrupt the turn, or delete with `force`.
+    #[error("session {session_id} has a turn in flight; interrupt it first, or delete with force")]
+    SessionBusy {
+        /// The session whose turn holds it.
+        session_id: SessionId,
+    },
+    /// The session's events before `first_seq` were compacted away (retention): a replay from
+    /// before that point, or a rebuild from the whole log, cannot be served.
+    #[error(
+        "the events of session {session_id} before seq {first_seq} were compacted; its log now \
+         starts at seq {first_seq}"
+    )]
+    EventsCompacted {
+        /// The session.
+        session_id: SessionId,
+        /// The first seq the log still holds (replay from `first_seq - 1`, or from the start).
+        first_seq: u64,
+    },
     /// A stored transcript message could not be decoded.
     #[error("failed to decode message {message_id} in session {session_id}")]
     MessageDecode {
@@ -150,8 +170,9 @@ pub enum Error {
     /// The runtime is shutting down and accepts no new work.
     #[error("the runtime is shutting down")]
     ShuttingDown,
-    /// Several nodes share the database and another node took this session over: this node's
-    /// write was rejected (nothing of it was stored) and its turn was cancelled.
+    /// Several nodes share the database and another node took this session over — or the
+    /// session was deleted under its turn: this node's write was rejected (nothing of it was
+    /// stored) and its turn was cancelled.
     #[error("session {session_id} is owned by another node; this node's write was rejected")]
     Fenced {
         /// The session.
@@ -171,7 +192,7 @@ pub enum Error {
     /// in the middle) failed: it panicked or its arbiter stopped.
     #[error("the {task} task failed: {source}")]
     Task {
-        /// Which call's task: `prompt` or `interrupt`.
+        /// Which call's task: `prompt`, `interrupt` or `delete`.
         task: &'static str,
         /// Why it failed.
         #[source]

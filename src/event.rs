@@ -34,6 +34,11 @@ pub mod kind {
     /// A runner appended a message to the transcript.
     pub const MESSAGE_APPENDED: &str = "session.message.appended";
 
+    /// The session was deleted ([`crate::Sessions::delete`]). Never stored (the log went with
+    /// the session): delivered live to the session's open event streams, with the seq after
+    /// its last event, as their last item before they end.
+    pub const DELETED: &str = "session.deleted";
+
     /// Every wire name the runtime projects into tables.
     pub const BUILTIN: &[&str] = &[
         CREATED,

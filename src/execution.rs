@@ -135,4 +135,19 @@ impl Execution {
     pub fn active(&self) -> BTreeSet<SessionId> {
         self.registry.active()
     }
+
+    /// Whether `id` has a turn in this process.
+    pub(crate) fn is_active(&self, id: &SessionId) -> bool {
+        self.registry.is_active(id)
+    }
+
+    /// This boot's id (recorded with every claim it makes).
+    pub(crate) fn boot(&self) -> &str {
+        &self.env.boot
+    }
+
+    /// The session was deleted: its live actor, if any, forgets it and stops.
+    pub(crate) fn forget_deleted(&self, id: &SessionId) {
+        self.registry.retire(id);
+    }
 }

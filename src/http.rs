@@ -37,7 +37,8 @@
 //! | `POST /sessions` | `{id?, parent_id?, title?, directory?, agent?, model?}` | 201 the new [`SessionInfo`], 200 the stored one if `id` exists |
 //! | `GET /sessions` | `?directory=&search=&limit=&order=asc\|desc&anchor_id=&anchor_time=&direction=previous\|next&parent_id=&top_level=true` | 200 `[SessionInfo]` |
 //! | `GET /sessions/{id}` | | 200 [`SessionInfo`], 404 |
-//! | `GET /sessions/{id}/status` | | 200 `{session, claimed, claim_age_ms, running, last_seq, last_terminal}` |
+//! | `DELETE /sessions/{id}` | `?force=true` | 200 `{"deleted": [ids]}` (the session, then the sessions below it), 404, 409 `session_busy` while a turn is in flight (unless `force`) |
+//! | `GET /sessions/{id}/status` | | 200 `{session, claimed, claim_age_ms, running, last_seq, log_start, last_terminal}` |
 //! | `POST /sessions/{id}/prompt` | `{id?, text, delivery?: "steer"\|"queue", resume?: bool}` (or `prompt` instead of `text`) | 202 the [`Admission`], 404, 409 |
 //! | `POST /sessions/{id}/interrupt` | | 200 `{"interrupted": bool}`, 404 |
 //! | `POST /sessions/{id}/resume` | | 200 how the turn ended: a [`Terminal`] such as `{"type": "succeeded"}` |
@@ -98,6 +99,12 @@
 //! that reconnects gets the durable events it missed and the live ones from then on. With
 //! several nodes, a stream gets the live events of turns running on its own node only.
 //!
+//! When the session is deleted (`DELETE /sessions/{id}`), its streams send a last
+//! `event: session.deleted` frame and end. When retention compacted its log
+//! ([`crate::RetainEvents`]), a stream from the start begins at the first seq still held, and
+//! one from before that point (`after` or `Last-Event-ID`) is answered 410 `events_compacted`
+//! with that seq as `error.first_seq`.
+//!
 //! Streams scale per session: the runtime routes each committed event only to the streams of
 //! its session (one dispatcher thread per runtime), so a stream of a silent session costs no
 //! CPU, only its connection's memory; a stream that falls behind re-reads from the store.
@@ -128,8 +135,8 @@
 //! `GET /console` ([`HttpOptions::console`], on by default) serves one self-contained page,
 //! embedded in the binary: the sessions list (title, directory, claimed or idle, the running
 //! turn and its age, resume attempts, last terminal), updated live from `GET /events`; a
-//! session's transcript and event log (replayed, then followed) with prompt, interrupt and
-//! resume buttons; the `/stats` figures. It uses only the routes above, with the token typed
+//! session's transcript and event log (replayed, then followed) with prompt, interrupt,
+//! resume and delete (forced, after a confirmation) buttons; the `/stats` figures. It uses only the routes above, with the token typed
 //! into it and tickets for its event streams; the page itself holds no data.
 //!
 //! [actix-web]: https://actix.rs
@@ -305,7 +312,11 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
                     .route(web::post().to(sessions::create))
                     .route(get_or_head().to(sessions::list)),
             )
-            .service(guarded("/sessions/{id}").route(get_or_head().to(sessions::get)))
+            .service(
+                guarded("/sessions/{id}")
+                    .route(get_or_head().to(sessions::get))
+                    .route(web::delete().to(sessions::delete)),
+            )
             .service(guarded("/sessions/{id}/status").route(get_or_head().to(sessions::status)))
             .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
             .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))

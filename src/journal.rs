@@ -15,7 +15,8 @@
 //! - `sessions`: creating sessions and the session rows;
 //! - `prompts`: admitting prompts, interrupt requests, model switches, reprojection;
 //! - `turns`: what a turn writes and reads (claim, promotions, messages, events, settle);
-//! - `recovery`: the restart sweep's plan and writes.
+//! - `recovery`: the restart sweep's plan and writes;
+//! - `retention`: deleting sessions, and compacting idle sessions' event logs.
 
 mod backend;
 pub(crate) mod inspect;
@@ -26,6 +27,7 @@ mod persistence;
 pub(crate) mod postgres;
 mod prompts;
 mod recovery;
+mod retention;
 mod sessions;
 pub(crate) mod sqlite;
 mod turns;
@@ -39,6 +41,7 @@ use self::persistence::Persistence;
 pub use self::persistence::PersistenceStats;
 pub(crate) use self::prompts::Admitted;
 pub(crate) use self::recovery::{Swept, Unfinished};
+pub(crate) use self::retention::{deleted_record, Deletion};
 pub use self::sessions::ClaimStats;
 pub(crate) use self::sessions::{Created, Loaded};
 
@@ -86,6 +89,7 @@ impl Journal {
             synchronous: config.synchronous,
             busy_timeout: config.busy_timeout,
             pool_size: config.pool_size,
+            journal_size_limit: config.journal_size_limit,
             ..sqlite::StoreConfig::new(&config.database)
         };
         let pool = sqlite::open(&store_config)?;

@@ -148,8 +148,8 @@
 //!   live events (seen through a trait, so it imports nothing above it).
 //! - `runner`: the [`Runner`] trait you implement.
 //! - `service`: [`Sessions`], the session service: create, list, prompt admission, interrupt
-//!   and resume, transcripts and replay-then-live event streams ([`SessionEvents`], durable;
-//!   [`SessionStream`], with live-only events interleaved), fed per session by
+//!   and resume, deletion, transcripts and replay-then-live event streams ([`SessionEvents`],
+//!   durable; [`SessionStream`], with live-only events interleaved), fed per session by
 //!   `service::fanout` (one dispatcher per runtime for committed events; live-only events go
 //!   straight from the publishing drain); every input is validated before anything is read
 //!   or written.
@@ -203,7 +203,7 @@ mod session;
 pub mod testing;
 mod turn;
 
-pub use config::{RuntimeConfig, Synchronous};
+pub use config::{RetainEvents, RuntimeConfig, Synchronous};
 pub use error::{Error, Result, StoreError};
 pub use event::{
     kind, EventRecord, LiveEvent, SessionEvent, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION,

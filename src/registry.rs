@@ -278,6 +278,15 @@ impl Registry {
         }
     }
 
+    /// Tells the live actor of `id`, if any, that its session was deleted (it stops once no
+    /// turn runs); starts none.
+    pub(crate) fn retire(&self, id: &SessionId) {
+        let addr = lock(&self.actors).get(id).map(|e| e.addr.clone());
+        if let Some(addr) = addr {
+            addr.do_send(crate::session::messages::SessionDeleted);
+        }
+    }
+
     /// Stops handing out actors; returns the live ones so they can be closed.
     pub(crate) fn close(&self) -> Vec<Addr<SessionActor>> {
         let actors = lock(&self.actors);

@@ -7,8 +7,7 @@ use std::time::Duration;
 use actix::{Actor, Addr, Arbiter};
 use tokio::sync::broadcast;
 
-use crate::config::RuntimeConfig;
-use crate::config::Synchronous;
+use crate::config::{RetainEvents, RuntimeConfig, Synchronous};
 use crate::error::{Error, Result};
 use crate::event::EventRecord;
 use crate::execution::Execution;
@@ -148,6 +147,20 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Compacts the event logs of idle sessions (see [`RetainEvents`] for what is kept and what
+    /// a replay from before the compaction point answers). Default: off, every event is kept.
+    pub fn retain_events(mut self, policy: RetainEvents) -> Self {
+        self.config.retain_events = Some(policy);
+        self
+    }
+
+    /// SQLite `journal_size_limit`, in bytes, of the write-ahead log. Default 64 MiB. (The
+    /// runtime also truncates the WAL when its writer has been idle for 1 s, and at shutdown.)
+    pub fn journal_size_limit(mut self, bytes: u64) -> Self {
+        self.config.journal_size_limit = bytes;
+        self
+    }
+
     /// Replaces the whole configuration.
     pub fn config(mut self, config: RuntimeConfig) -> Self {
         self.config = config;
@@ -200,6 +213,7 @@ impl RuntimeBuilder {
             config.idle_timeout,
             self.after_passivation,
         )
+        .retain_events(config.retain_events)
         .start();
         // Wait until the supervisor runs, so a runtime shut down right after `start` never has
         // it starting during teardown.
@@ -339,6 +353,27 @@ impl Runtime {
             inner.config.max_resume_attempts,
         )
         .await
+    }
+
+    /// Runs a compaction pass of the retention policy now (the runtime also runs one every
+    /// [`RetainEvents::interval`]); returns how many sessions it compacted (0 when off).
+    ///
+    /// # Errors
+    /// [`Error::Store`] when a read or a compaction fails (what it compacted before stays).
+    pub async fn compact_events(&self) -> Result<usize> {
+        let Some(policy) = self.inner.config.retain_events else {
+            return Ok(0);
+        };
+        let done = self
+            .inner
+            .journal
+            .compact_events(
+                policy,
+                self.inner.registry.active(),
+                crate::journal::now_ms(),
+            )
+            .await?;
+        Ok(done.sessions)
     }
 
     /// A live stream of every event committed from now on (durable events only: live-only

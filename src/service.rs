@@ -5,6 +5,8 @@
 //! - `prompt`: prompt admission ([`PromptInput`], `prompt`) and inbox reprojection;
 //! - `control`: execution control through the service (`interrupt`, `resume`, `switch_model`,
 //!   `await_idle`, `active`);
+//! - `delete`: deleting a session and the sessions below it, and where a (compacted) log
+//!   starts;
 //! - `transcript`: `messages`, `message` and `context`;
 //! - `events`: the replay-then-live [`SessionEvents`] stream of durable events, and the engine
 //!   and items ([`StreamItem`]) it shares with `stream`;
@@ -18,6 +20,7 @@
 //! write request, so the single writer serializes it against every other write.
 
 mod control;
+mod delete;
 mod events;
 mod fanout;
 mod prompt;

@@ -272,7 +272,8 @@ pub fn resume_attempts(path: &Path, session: &SessionId) -> Result<u32, StoreErr
     Ok(claim_state(path, session)?.map_or(0, |c| c.resume_attempts))
 }
 
-/// Every stored event of `session`, in seq order.
+/// Every stored event of `session`, in seq order: every row of its log, read straight from the
+/// table (after a compaction, the latest interrupt request kept below the log's start too).
 ///
 /// # Errors
 /// When the file cannot be read.

@@ -250,7 +250,7 @@ impl Turn {
     /// carry projections only the runtime may trigger); [`Error::Store`] when the write failed.
     pub async fn publish(&self, event: &str, data: Value) -> Result<EventRecord> {
         check_name(event)?;
-        if kind::BUILTIN.contains(&event) && event != kind::SYNTHETIC {
+        if (kind::BUILTIN.contains(&event) && event != kind::SYNTHETIC) || event == kind::DELETED {
             return Err(Error::invalid(
                 "event",
                 format!("{event} is published by the runtime itself"),

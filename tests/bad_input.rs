@@ -950,8 +950,8 @@ mod http {
             events("Last-Event-ID `0x10`", "0x10"),
             events("Last-Event-ID beyond u64", "18446744073709551616"),
             case(
-                "DELETE a session",
-                Method::DELETE,
+                "PUT a session",
+                Method::PUT,
                 "/sessions/a",
                 None,
                 405,

@@ -119,6 +119,10 @@ impl Api {
         self.call(Method::POST, path, &body.to_string()).await
     }
 
+    async fn delete(&self, path: &str) -> (StatusCode, Value) {
+        self.call(Method::DELETE, path, "").await
+    }
+
     /// Opens an event stream, sending `Last-Event-ID` when given.
     async fn events(&self, path: &str, last_event_id: Option<&str>) -> Sse {
         let mut request = self.request(Method::GET, path);
@@ -210,6 +214,30 @@ impl Sse {
         }
     }
 
+    /// Reads the stream to its end and returns the event frames still sent; panics if it
+    /// does not end within [`WAIT`].
+    async fn rest(&mut self) -> Vec<Frame> {
+        loop {
+            match actix_rt::time::timeout(WAIT, self.body.next()).await {
+                Err(_) => panic!("the event stream did not end"),
+                Ok(None) => break,
+                Ok(Some(chunk)) => {
+                    let chunk = chunk.expect("event stream chunk");
+                    self.buffer
+                        .push_str(std::str::from_utf8(&chunk).expect("UTF-8"));
+                }
+            }
+        }
+        let mut frames = Vec::new();
+        while self.buffer.contains("\n\n") {
+            let frame = self.frame().await;
+            if frame.id.is_some() {
+                frames.push(frame);
+            }
+        }
+        frames
+    }
+
     /// Events until (and including) the first one `done` accepts.
     async fn until(&mut self, done: impl Fn(&Frame) -> bool) -> Vec<Frame> {
         let mut frames = Vec::new();
@@ -252,16 +280,22 @@ struct Harness {
 
 impl Harness {
     async fn start(options: HttpOptions) -> Self {
+        Self::start_with(options, |builder| builder).await
+    }
+
+    /// [`Harness::start`] with the runtime's builder adjusted by `configure`.
+    async fn start_with(
+        options: HttpOptions,
+        configure: impl FnOnce(durable_sessions::RuntimeBuilder) -> durable_sessions::RuntimeBuilder,
+    ) -> Self {
         let _ = env_logger::builder().is_test(true).try_init();
         let dir = tempfile::tempdir().expect("tempdir");
-        let runtime = Runtime::builder()
+        let builder = Runtime::builder()
             .database(dir.path().join("http.db"))
             .runner(TestAgent)
             .arbiters(2)
-            .shutdown_grace(Duration::from_secs(2))
-            .start()
-            .await
-            .expect("runtime starts");
+            .shutdown_grace(Duration::from_secs(2));
+        let runtime = configure(builder).start().await.expect("runtime starts");
         let app_runtime = runtime.clone();
         let server = HttpServer::new(move || {
             App::new()
@@ -394,7 +428,8 @@ async fn creates_sessions_201_then_200_and_gets_them_or_404() {
         (status, error_type(&body)),
         (StatusCode::NOT_FOUND, "not_found")
     );
-    let (status, body) = api.call(Method::DELETE, "/sessions/a", "").await;
+    // (DELETE is a route of its own now: `delete_is_200_404_or_409_…`.)
+    let (status, body) = api.call(Method::PUT, "/sessions/a", "").await;
     assert_eq!(
         (status, error_type(&body)),
         (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
@@ -921,6 +956,139 @@ async fn sse_frames_of_live_only_events_have_no_id() {
     let replayed = replay.until(|f| f.id == Some(last)).await;
     assert!(!replayed.iter().any(|f| f.id.is_none()), "{replayed:?}");
     assert_contiguous(&ids(&replayed), 1);
+    h.stop().await;
+}
+
+/// `DELETE /sessions/{id}`: 200 with the deleted ids (children included), 404 for an unknown
+/// id, 409 `session_busy` while a turn runs, 200 with `?force=true`; an open event stream of
+/// the deleted session gets a last `session.deleted` frame and ends.
+#[actix_rt::test]
+async fn delete_is_200_404_or_409_and_ends_the_sessions_event_streams() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    h.session("s").await;
+    let (status, body) = api
+        .post("/sessions", json!({ "id": "kid", "parent_id": "s" }))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    api.post("/sessions/s/prompt", json!({ "text": "one" }))
+        .await;
+    let mut stream = api.events("/sessions/s/events", None).await;
+    let seen = stream.until(|f| is(f, kind::EXECUTION_SUCCEEDED)).await;
+    let last = seen.last().and_then(|f| f.id).unwrap_or_default();
+
+    h.session("slow-1").await;
+    let mut slow = api.events("/sessions/slow-1/events", None).await;
+    api.post("/sessions/slow-1/prompt", json!({ "text": "work" }))
+        .await;
+    slow.until(|f| is(f, kind::PROMPT_PROMOTED)).await;
+    let (status, body) = api.delete("/sessions/slow-1").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::CONFLICT, "session_busy"),
+        "{body}"
+    );
+
+    let (status, body) = api.delete("/sessions/s").await;
+    assert_eq!(
+        (status, &body),
+        (StatusCode::OK, &json!({ "deleted": ["s", "kid"] }))
+    );
+    let rest = stream.rest().await;
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert!(is(&rest[0], kind::DELETED), "{rest:?}");
+    assert_eq!(rest[0].id, Some(last + 1));
+    for path in ["/sessions/s", "/sessions/kid"] {
+        let (status, body) = api.get(path).await;
+        assert_eq!(
+            (status, error_type(&body)),
+            (StatusCode::NOT_FOUND, "not_found")
+        );
+    }
+    let (status, body) = api.delete("/sessions/s").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    let (status, body) = api.delete("/sessions/slow-1?force=maybe").await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_input")
+    );
+
+    let (status, body) = api.delete("/sessions/slow-1?force=true").await;
+    assert_eq!(
+        (status, &body),
+        (StatusCode::OK, &json!({ "deleted": ["slow-1"] }))
+    );
+    let names: Vec<String> = slow
+        .rest()
+        .await
+        .iter()
+        .filter_map(|f| f.event.clone())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            kind::INTERRUPT_REQUESTED,
+            kind::EXECUTION_INTERRUPTED,
+            kind::DELETED
+        ]
+    );
+    h.stop().await;
+}
+
+/// With retention, a stream from before the start of a compacted log is 410
+/// `events_compacted` naming the first seq still held; one from that seq on, or from the
+/// start, replays what is held.
+#[actix_rt::test]
+async fn sse_from_before_a_compacted_log_is_410_with_its_first_seq() {
+    let policy =
+        durable_sessions::RetainEvents::new(2, Duration::ZERO).interval(Duration::from_secs(3600));
+    let h = Harness::start_with(HttpOptions::new(), |b| b.retain_events(policy)).await;
+    let api = &h.api;
+    h.session("s").await;
+    api.post("/sessions/s/prompt", json!({ "text": "one" }))
+        .await;
+    let seen = api
+        .events("/sessions/s/events", None)
+        .await
+        .until(|f| is(f, kind::EXECUTION_SUCCEEDED))
+        .await;
+    let last = seen.last().and_then(|f| f.id).unwrap_or_default();
+    actix_rt::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(h.runtime.compact_events().await.expect("compact"), 1);
+    let first = last - 1;
+
+    for (path, last_event_id) in [
+        ("/sessions/s/events?after=0", None),
+        ("/sessions/s/events", Some("1")),
+    ] {
+        let mut request = api.request(Method::GET, path);
+        if let Some(id) = last_event_id {
+            request = request.insert_header(("Last-Event-ID", id));
+        }
+        let mut response = request.send().await.expect("request");
+        let body: Value = response.json().await.expect("JSON error");
+        assert_eq!(
+            (response.status(), error_type(&body)),
+            (StatusCode::GONE, "events_compacted"),
+            "{path} {last_event_id:?}: {body}"
+        );
+        assert_eq!(body["error"]["first_seq"], json!(first), "{body}");
+    }
+    let mut from_start = api.events("/sessions/s/events", None).await;
+    assert_eq!(from_start.event().await.id, Some(first));
+    let mut from_first = api
+        .events(&format!("/sessions/s/events?after={}", first - 1), None)
+        .await;
+    assert_eq!(from_first.event().await.id, Some(first));
+    let (status, body) = api.get("/sessions/s/status").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (body["log_start"].clone(), body["last_seq"].clone()),
+        (json!(first), json!(last))
+    );
     h.stop().await;
 }
 

@@ -4,7 +4,8 @@
 //! watches the reply stream in word by word (an `EventSource` opened with a ticket), interrupts
 //! it, and checks the page's DOM: the sessions list, the transcript (the prompt marked
 //! interrupted), the event log and the `/stats` figures. It also checks, from the page, that a
-//! foreign origin's request is refused and that `EventSource` frames never reach `onmessage`.
+//! foreign origin's request is refused and that `EventSource` frames never reach `onmessage`,
+//! and finally deletes the session from its page (the list then no longer shows it).
 //!
 //! Needs the Debian packages `chromium` and `chromium-driver` (`.ci/run` installs them). Without
 //! them the test prints one line saying it was skipped and why, and passes, except under
@@ -330,6 +331,34 @@ async fn the_console_creates_prompts_streams_and_interrupts_in_a_browser() {
         .await
         .expect("the page's own EventSource");
     assert_eq!(checked, json!({ "onmessage": 0, "named": 1 }), "{checked}");
+
+    // Delete it from its page: after the confirmation, back to the list, without its row.
+    client
+        .goto(&format!("{base}/console#/s/browser"))
+        .await
+        .expect("the session again");
+    until(
+        &client,
+        "the session's page",
+        "return !!document.querySelector('#log [data-type=\"session.created\"]');",
+    )
+    .await;
+    client
+        .find(Locator::Id("delete"))
+        .await
+        .expect("delete")
+        .click()
+        .await
+        .expect("click");
+    client.accept_alert().await.expect("confirm the deletion");
+    until(
+        &client,
+        "the list without the deleted session",
+        "return !document.getElementById('list-view').hidden \
+         && !document.querySelector('tr.session[data-id=browser]') \
+         && !document.getElementById('error').textContent;",
+    )
+    .await;
     client.close().await.expect("close the browser");
     drop(server);
 }

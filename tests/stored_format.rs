@@ -23,8 +23,9 @@
 //!   fresh database and compares every stored row with the fixture's, byte for byte once ids,
 //!   boots and times are replaced by placeholders; and the JSON of every [`EventRecord`] (the
 //!   SSE `data:` line) with the stored row it came from. Only the columns schema version 2 has
-//!   are compared: those later versions added (`claim_seq`, `wake`, `interrupted`) have no
-//!   counterpart in the fixture.
+//!   are compared: those later versions added (`claim_seq`, `wake`, `interrupted`, and
+//!   version 4's `log_start`, the start of a log retention compacted) have no counterpart in
+//!   the fixture.
 //! - With the `http` feature, [`sse_frames_of_a_database_written_before_the_redesign`] reads the
 //!   fixture's events as Server-Sent Events and compares the frames byte for byte.
 #![cfg(unix)]

@@ -22,6 +22,8 @@ use crate::error::{Error, StoreError};
 /// | 405 | `method_not_allowed` | a known route with another method |
 /// | 408 | `request_timeout` | a body that did not arrive within the body timeout |
 /// | 409 | `conflict` | a prompt id reused with other content, delivery or session |
+/// | 409 | `session_busy` | a delete without `force` while the session (or a child) has a turn in flight |
+/// | 410 | `events_compacted` | a replay from before the start of a compacted log (the body's `first_seq` is where it starts) |
 /// | 413 | `payload_too_large` | a body over the configured limit |
 /// | 415 | `unsupported_media_type` | a body not sent as `Content-Type: application/json` |
 /// | 500 | `store` / `message_decode` / `internal` | a store fault, an undecodable stored message |
@@ -32,6 +34,8 @@ pub struct ApiError {
     status: StatusCode,
     kind: &'static str,
     message: String,
+    /// For `events_compacted`: the first seq the log still holds.
+    first_seq: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -44,6 +48,8 @@ struct Detail<'a> {
     #[serde(rename = "type")]
     kind: &'a str,
     message: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_seq: Option<u64>,
 }
 
 impl ApiError {
@@ -53,6 +59,7 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            first_seq: None,
         }
     }
 
@@ -103,6 +110,12 @@ impl ApiError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// For a 410 `events_compacted`: the first seq the session's log still holds (the body
+    /// carries it as `error.first_seq`).
+    pub fn first_seq(&self) -> Option<u64> {
+        self.first_seq
+    }
 }
 
 impl fmt::Display for ApiError {
@@ -131,6 +144,7 @@ impl ResponseError for ApiError {
             error: Detail {
                 kind: self.kind,
                 message: &self.message,
+                first_seq: self.first_seq,
             },
         })
     }
@@ -142,6 +156,8 @@ impl From<Error> for ApiError {
         let (status, kind) = match &e {
             Error::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             Error::PromptConflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            Error::SessionBusy { .. } => (StatusCode::CONFLICT, "session_busy"),
+            Error::EventsCompacted { .. } => (StatusCode::GONE, "events_compacted"),
             Error::InvalidInput { .. } => (StatusCode::BAD_REQUEST, "invalid_input"),
             Error::ShuttingDown | Error::Store(StoreError::Closed) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
@@ -154,7 +170,11 @@ impl From<Error> for ApiError {
         if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
             log::error!("http: {message}");
         }
-        Self::new(status, kind, message)
+        let mut error = Self::new(status, kind, message);
+        if let Error::EventsCompacted { first_seq, .. } = e {
+            error.first_seq = Some(first_seq);
+        }
+        error
     }
 }
 
@@ -178,6 +198,21 @@ mod tests {
         assert_eq!(
             (store.status(), store.kind()),
             (StatusCode::INTERNAL_SERVER_ERROR, "store")
+        );
+        let busy = ApiError::from(Error::SessionBusy {
+            session_id: SessionId::new("s")?,
+        });
+        assert_eq!(
+            (busy.status(), busy.kind()),
+            (StatusCode::CONFLICT, "session_busy")
+        );
+        let gone = ApiError::from(Error::EventsCompacted {
+            session_id: SessionId::new("s")?,
+            first_seq: 42,
+        });
+        assert_eq!(
+            (gone.status(), gone.kind(), gone.first_seq()),
+            (StatusCode::GONE, "events_compacted", Some(42))
         );
         let invalid = ApiError::from(Error::InvalidInput {
             field: "limit",

@@ -47,7 +47,7 @@ pub(super) fn cors(options: &HttpOptions) -> actix_web::middleware::Condition<Co
     let allowed = options.clone();
     let cors = Cors::default()
         .allowed_origin_fn(move |origin, head| origin_allowed(&allowed, origin, head))
-        .allowed_methods([Method::GET, Method::HEAD, Method::POST])
+        .allowed_methods([Method::GET, Method::HEAD, Method::POST, Method::DELETE])
         .allowed_headers([
             header::AUTHORIZATION,
             header::CONTENT_TYPE,

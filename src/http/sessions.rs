@@ -1,4 +1,5 @@
-//! The session routes: create, list, get, prompt, interrupt, resume, and the transcript.
+//! The session routes: create, list, get, delete, prompt, interrupt, resume, and the
+//! transcript.
 
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -123,6 +124,29 @@ pub(super) async fn get(
     let id = extract::session_id(&req)?;
     let session = state.runtime.sessions().get(&id).await?;
     Ok(HttpResponse::Ok().json(session))
+}
+
+/// `DELETE /sessions/{id}` query.
+#[derive(Debug, Deserialize)]
+struct DeleteParams {
+    force: Option<bool>,
+}
+
+/// `DELETE /sessions/{id}?force=`: 200 `{"deleted": [ids]}` (the session first, then the
+/// sessions below it), 404, or 409 `session_busy` while a turn is in flight and `force` is not
+/// `true`.
+pub(super) async fn delete(
+    req: HttpRequest,
+    state: web::Data<State>,
+) -> Result<HttpResponse, ApiError> {
+    let id = extract::session_id(&req)?;
+    let params: DeleteParams = extract::query(&req)?;
+    let deleted = state
+        .runtime
+        .sessions()
+        .delete(&id, params.force.unwrap_or(false))
+        .await?;
+    Ok(HttpResponse::Ok().json(json!({ "deleted": deleted })))
 }
 
 /// `POST /sessions/{id}/prompt` body: exactly one of `text` and `prompt`.
@@ -268,7 +292,8 @@ pub(super) async fn stats(state: web::Data<State>) -> Result<HttpResponse, ApiEr
 
 /// `GET /sessions/{id}/status`: the session with what its turns are doing: `claimed` (a turn
 /// holds the claim) and since when, `running` (a turn is in flight in this process), its
-/// newest event's seq, and its last turn terminal (an event record, or `null`).
+/// newest event's seq, where its log starts (0 unless retention compacted it), and its last
+/// turn terminal (an event record, or `null`).
 pub(super) async fn status(
     req: HttpRequest,
     state: web::Data<State>,
@@ -277,6 +302,7 @@ pub(super) async fn status(
     let sessions = state.runtime.sessions();
     let session = sessions.get(&id).await?;
     let last_seq = sessions.last_seq(&id).await?;
+    let log_start = sessions.log_start(&id).await?;
     let last_terminal = sessions.last_terminal(&id).await?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -286,6 +312,7 @@ pub(super) async fn status(
         "claim_age_ms": session.time_suspended.map(|t| (now - t).max(0)),
         "running": sessions.active().contains(&id),
         "last_seq": last_seq,
+        "log_start": log_start,
         "last_terminal": last_terminal,
         "session": session,
     })))

@@ -89,6 +89,9 @@ pub(crate) enum Signal {
     /// Other nodes committed events of more sessions than one notification names: every live
     /// follower re-reads its session from the store.
     ManyEvents,
+    /// Another node deleted these sessions (each with the seq its `session.deleted` carries):
+    /// end their streams here and forget their actors.
+    Deleted(Vec<(SessionId, u64)>),
     /// Notifications may have been missed (the listener reconnected), or another node left or
     /// lapsed: scan the store for work this node owes (unserved intents of owned sessions,
     /// sessions of dead nodes to take over).
@@ -258,6 +261,43 @@ pub(crate) trait Store {
     /// Releases every claimed child session; returns how many.
     fn release_child_claims(&mut self) -> Result<usize, StoreError>;
 
+    // --- deletion and retention -----------------------------------------------------------
+
+    /// `session` and every session below it (its children, theirs…), `session` first; empty
+    /// when it is not stored.
+    fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError>;
+    /// Holds the rows of `sessions` until the transaction ends, so that no other node's claim
+    /// or turn write commits between this request's checks and its writes (PostgreSQL:
+    /// `SELECT … FOR UPDATE`). Single-node engines: nothing (one writer serializes every write).
+    fn lock_sessions(&mut self, sessions: &[SessionId]) -> Result<(), StoreError>;
+    /// Deletes every row keyed by `session` — its row, inbox, transcript, event log and seq
+    /// counter — and, with several nodes, tells the others (delivered at COMMIT). Sessions
+    /// below it are not touched: the journal deletes a whole tree, one session at a time.
+    fn delete_session(&mut self, session: &SessionId) -> Result<(), StoreError>;
+    /// The seq of the session's newest event (its seq counter), `None` before its first.
+    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+    /// The first seq the session's log still holds for replay: 0 until events were compacted;
+    /// `None` when the session is not stored.
+    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+    /// Up to `limit` unclaimed sessions whose log holds more than `keep_last` events and whose
+    /// newest event was committed before `idle_before` (ms).
+    fn compactable(
+        &mut self,
+        keep_last: u64,
+        idle_before: i64,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError>;
+    /// Compacts the log of `session` if it still qualifies (see [`Store::compactable`]):
+    /// deletes its events below the new start (its newest seq + 1 − `keep_last`) except the
+    /// latest interrupt request (the durable interrupt fence, kept and hidden from replay), and
+    /// records the new start. Returns the new start and how many events were deleted.
+    fn compact(
+        &mut self,
+        session: &SessionId,
+        keep_last: u64,
+        idle_before: i64,
+    ) -> Result<Option<(u64, usize)>, StoreError>;
+
     // --- ownership (several nodes over one database) --------------------------------------
 
     /// Takes `session` for this node if no live node owns it (a new epoch), or returns the
@@ -266,7 +306,9 @@ pub(crate) trait Store {
     fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError>;
     /// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch`; holds the
     /// session's row until COMMIT, so no change of owner commits between the check and the
-    /// request's writes. Every write of a turn calls it first. Single-node engines: always Ok.
+    /// request's writes. Every write of a turn calls it first. Single-node engines: Ok for
+    /// every stored session. A session that is not stored (deleted under a running turn) is
+    /// fenced on every engine: the turn writes nothing more to it.
     fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError>;
     /// Gives up this node's ownership of `sessions` (passivated actors, a graceful shutdown).
     /// Claims are kept. Single-node engines: nothing.
@@ -293,6 +335,14 @@ pub(crate) trait Store {
 
 /// The writer thread's connection: the transaction control the group commit needs.
 pub(crate) trait WriterConnection: Send {
+    /// Folds the write-ahead log back into the database and truncates it (SQLite
+    /// `wal_checkpoint(TRUNCATE)`), called when the writer has gone idle (`idle`: give up at
+    /// once rather than wait for a reader) and when it stops. Returns whether it completed.
+    /// Engines without such a log: nothing.
+    fn checkpoint(&mut self, idle: bool) -> bool {
+        let _ = idle;
+        true
+    }
     /// Opens a write transaction (taking the write lock at once where the engine has one).
     fn begin(&mut self) -> Result<(), StoreError>;
     /// Opens the per-request savepoint.

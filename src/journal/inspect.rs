@@ -30,16 +30,17 @@ pub(crate) fn claim_state(
     store::claim_state(&open(path)?, session)
 }
 
-/// Every stored event of `session`, in seq order.
+/// Every stored event of `session`, in seq order (with a compacted log: the rows still
+/// stored, the kept interrupt fence below its start included).
 pub(crate) fn events(path: &Path, session: &SessionId) -> Result<Vec<EventRecord>, StoreError> {
     #[cfg(feature = "postgres")]
     if let Some(url) = postgres_url(path) {
         let session = session.clone();
         return on_postgres(url, move |store| {
-            store.events_after(&session, None, usize::MAX)
+            super::postgres::stored_events(store, &session)
         });
     }
-    store::events_after(&open(path)?, session, None, usize::MAX)
+    store::stored_events(&open(path)?, session)
 }
 
 /// Marks `session` claimed by an earlier boot with `attempts` resume attempts, the claim taken

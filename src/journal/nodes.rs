@@ -85,6 +85,17 @@ impl Journal {
         }
     }
 
+    /// Publishes, on this node's bus, the `session.deleted` of sessions another node deleted
+    /// (`(session, seq)`), so that their streams here end too.
+    pub(crate) fn relay_deleted(&self, deleted: Vec<(SessionId, u64)>) {
+        let now = super::now_ms();
+        let records = deleted
+            .into_iter()
+            .map(|(session, seq)| super::deleted_record(&session, seq.checked_sub(1), now))
+            .collect();
+        self.inner.persistence.rebroadcast(records);
+    }
+
     /// Tells every live follower to re-read its session from the store.
     pub(crate) fn resync(&self) {
         self.inner.resyncs.fetch_add(1, Ordering::Relaxed);

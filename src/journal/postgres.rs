@@ -77,6 +77,7 @@ mod message;
 mod node;
 mod ownership;
 mod readers;
+mod retention;
 mod schema;
 mod session;
 mod store;
@@ -91,6 +92,7 @@ mod tests_own;
 mod writer;
 
 pub(crate) use self::conn::{connect, PgConn};
+pub(crate) use self::event::stored_events;
 pub(crate) use self::node::Node;
 pub(crate) use self::readers::PgReaders;
 pub(crate) use self::writer::PgWriter;

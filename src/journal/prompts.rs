@@ -207,17 +207,21 @@ impl Journal {
     /// those rows and replays every admission, promotion and appended message through its
     /// projection, in seq order, marking the prompts of turns a user interrupted again. The
     /// claim is execution state and is left as it is; wake marks are not rebuilt (a rebuild
-    /// schedules nothing). `None` when the session is not stored.
+    /// schedules nothing). `None` when the session is not stored; `Err(start)` (nothing
+    /// changed) when its log was compacted and starts at `start`: the rows built from the
+    /// compacted events could not be rebuilt.
     pub(crate) async fn reproject(
         &self,
         session: SessionId,
-    ) -> Result<Option<Reprojection>, StoreError> {
+    ) -> Result<Option<Result<Reprojection, u64>>, StoreError> {
         self.inner
             .persistence
             .write(move |w| {
                 let conn = w.store();
-                if !conn.session_exists(&session)? {
-                    return Ok(None);
+                match conn.log_start(&session)? {
+                    None => return Ok(None),
+                    Some(0) => {}
+                    Some(start) => return Ok(Some(Err(start))),
                 }
                 conn.delete_projections(&session)?;
                 let mut events = 0;
@@ -245,11 +249,11 @@ impl Journal {
                     }
                 }
                 let (inputs, messages) = conn.projection_counts(&session)?;
-                Ok(Some(Reprojection {
+                Ok(Some(Ok(Reprojection {
                     events,
                     inputs,
                     messages,
-                }))
+                })))
             })
             .await
     }

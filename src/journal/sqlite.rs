@@ -19,6 +19,7 @@ mod maintenance;
 mod message;
 pub(crate) mod pool;
 mod recovery;
+mod retention;
 pub(crate) mod schema;
 mod session;
 
@@ -27,7 +28,9 @@ pub(crate) use claim::{
     release_child_claims,
 };
 #[allow(unused_imports)]
-pub(crate) use event::{append, events_after, latest_interrupt_seq, latest_seq, project, publish};
+pub(crate) use event::{
+    append, events_after, latest_interrupt_seq, latest_seq, project, publish, stored_events,
+};
 #[allow(unused_imports)]
 pub(crate) use input::{admit, get_input, pending_inputs, promote_queue, promote_steer};
 #[allow(unused_imports)]
@@ -43,6 +46,7 @@ pub(crate) use recovery::{
     adoptable, claim_seq, clear_wakes, mark_interrupted, mark_wake, owes_turn, served_inputs,
     settle,
 };
+pub(crate) use retention::{compact, compactable, delete_session, log_start, session_tree};
 #[allow(unused_imports)]
 pub(crate) use session::{create_session, get_session, list_sessions, session_exists};
 

@@ -1,5 +1,6 @@
-//! The [`Supervisor`]: passivates idle session actors on a timer, and releases the store's
-//! unused memory after a wave of passivation.
+//! The [`Supervisor`]: passivates idle session actors on a timer, releases the store's
+//! unused memory after a wave of passivation, and (with a retention policy) compacts the event
+//! logs of idle sessions on a timer of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,6 +8,7 @@ use std::time::Duration;
 use actix::prelude::*;
 
 use super::Registry;
+use crate::config::RetainEvents;
 use crate::journal::Journal;
 use crate::session::messages::Passivate;
 
@@ -41,6 +43,10 @@ pub(crate) struct Supervisor {
     last: usize,
     /// A passivation wave is still sending its `Passivate` batches.
     passivating: bool,
+    /// The retention policy, if any.
+    retain: Option<RetainEvents>,
+    /// A compaction pass is running.
+    compacting: bool,
 }
 
 impl Supervisor {
@@ -58,7 +64,43 @@ impl Supervisor {
             peak: 0,
             last: 0,
             passivating: false,
+            retain: None,
+            compacting: false,
         }
+    }
+
+    /// Compacts idle sessions' event logs with `policy` every `policy.interval`.
+    pub(crate) fn retain_events(mut self, policy: Option<RetainEvents>) -> Self {
+        self.retain = policy;
+        self
+    }
+
+    /// Starts a compaction pass unless one is running (sessions with a turn in this process are
+    /// skipped; a claimed one is skipped by the store).
+    fn compact(&mut self, policy: RetainEvents, ctx: &mut Context<Self>) {
+        if self.compacting {
+            return;
+        }
+        self.compacting = true;
+        let (journal, busy) = (self.journal.clone(), self.registry.active());
+        ctx.spawn(
+            async move {
+                match journal
+                    .compact_events(policy, busy, crate::journal::now_ms())
+                    .await
+                {
+                    Ok(done) if done.sessions > 0 => log::debug!(
+                        "retention: compacted {} sessions ({} events)",
+                        done.sessions,
+                        done.events
+                    ),
+                    Ok(_) => {}
+                    Err(e) => log::warn!("retention: a compaction pass failed: {e}"),
+                }
+            }
+            .into_actor(self)
+            .map(|(), act, _| act.compacting = false),
+        );
     }
 
     /// Asks every actor idle longer than `idle` to stop, [`PASSIVATE_BATCH`] at a time; ticks
@@ -141,6 +183,13 @@ impl Actor for Supervisor {
             }
             act.passivate_idle(idle, ctx);
         });
+        if let Some(policy) = self.retain {
+            ctx.run_interval(policy.interval, move |act, ctx| {
+                if !act.registry.is_closed() {
+                    act.compact(policy, ctx);
+                }
+            });
+        }
     }
 }
 

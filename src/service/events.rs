@@ -15,6 +15,8 @@
 //! event its turn committed earlier (that one goes through the bus and the dispatcher): it is
 //! held until the stream has yielded the event's `after_seq`, which is committed, so it arrives
 //! on the subscription or is read from the store like any other.
+//!
+//! A stream of a deleted session ends after the session's (unstored) `session.deleted`.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -27,7 +29,7 @@ use futures::Stream;
 use super::fanout::{Delivery, Subscription};
 use super::Sessions;
 use crate::error::Result;
-use crate::event::{EventRecord, LiveEvent};
+use crate::event::{kind, EventRecord, LiveEvent};
 use crate::id::SessionId;
 
 /// Events read from the store per replay page.
@@ -121,6 +123,22 @@ impl Follow {
         }
     }
 
+    /// Ends the stream: nothing more is read or awaited (what is held still goes out).
+    fn end(&mut self) {
+        self.closing = true;
+        self.replay = false;
+        self.buffer.clear();
+    }
+
+    /// Whether `page`, read after the last seq yielded, skips seqs: retention compacted the
+    /// session's log past this follower (which fell that far behind).
+    fn compacted_under(&self, page: &[EventRecord]) -> bool {
+        match (self.last, page.first()) {
+            (Some(last), Some(first)) => first.seq > last + 1,
+            _ => false,
+        }
+    }
+
     async fn next_item(&mut self) -> Option<Item> {
         loop {
             if let Some(live) = self.released() {
@@ -140,6 +158,14 @@ impl Follow {
                 ))
                 .await;
                 match page {
+                    Ok(page) if self.compacted_under(&page) => {
+                        let first_seq = page.first().map_or(0, |e| e.seq);
+                        self.end();
+                        return Some(Err(crate::Error::EventsCompacted {
+                            session_id: self.session_id.clone(),
+                            first_seq,
+                        }));
+                    }
                     Ok(page) => {
                         self.replay = page.len() == REPLAY_PAGE;
                         if !self.replay && self.buffer.is_empty() && page.is_empty() {
@@ -158,6 +184,12 @@ impl Follow {
                 return self.held.pop_front().map(|live| Ok(StreamItem::Live(live)));
             }
             match self.subscription.recv().await {
+                Delivery::Event(event) if event.kind == kind::DELETED => {
+                    // The session was deleted: this is its stream's last durable item.
+                    self.end();
+                    self.last = Some(event.seq);
+                    return Some(Ok(StreamItem::Event(event)));
+                }
                 Delivery::Event(event) => {
                     let expected = self.last.map_or(0, |seq| seq + 1);
                     if event.seq < expected {
@@ -189,6 +221,11 @@ impl Follow {
                     self.subscription.renew();
                     self.heals += 1;
                     self.replay = true;
+                    // Its `session.deleted` may be among what was missed.
+                    if let Ok(false) = self.sessions.journal.session_exists(&self.session_id).await
+                    {
+                        self.end();
+                    }
                 }
                 Delivery::Closed => {
                     self.closing = true;
@@ -234,7 +271,15 @@ impl Follower {
         // Subscribe first: everything committed from here on arrives live, everything before is
         // in the store when the first page is read.
         let subscription = sessions.fanout.subscribe(sessions, session_id, live);
-        sessions.require(session_id).await?;
+        let start = sessions.log_start(session_id).await?;
+        if let Some(after) = after {
+            if after.saturating_add(1) < start {
+                return Err(crate::Error::EventsCompacted {
+                    session_id: session_id.clone(),
+                    first_seq: start,
+                });
+            }
+        }
         Ok(Follower {
             idle: Some(Follow {
                 sessions: sessions.clone(),
@@ -369,9 +414,17 @@ impl Sessions {
     /// the store. Live-only events ([`crate::Turn::publish_live`]) are not in it: read
     /// [`Sessions::stream`] for both.
     ///
+    /// When retention compacted the session's log ([`crate::RetainEvents`]), a replay from the
+    /// start (`after: None`) begins at the first seq still held ([`Sessions::log_start`]).
+    /// When the session is deleted ([`Sessions::delete`]), the stream yields its
+    /// `session.deleted` event and ends.
+    ///
     /// # Errors
-    /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
-    /// the check fails.
+    /// [`crate::Error::NotFound`] when the session is not stored;
+    /// [`crate::Error::EventsCompacted`] when `after` is before the start of the compacted log
+    /// (events after it are gone: the error names the first seq still held);
+    /// [`crate::Error::Store`] when the check fails. The stream itself yields
+    /// `EventsCompacted` (and ends) if it fell so far behind that retention compacted past it.
     pub async fn events(
         &self,
         session_id: &SessionId,
@@ -385,36 +438,20 @@ impl Sessions {
 
 impl Sessions {
     /// The seq of the session's newest committed event (a stored session has at least its
-    /// `session.created`, seq 0). Found with a few indexed reads (doubling, then bisecting).
+    /// `session.created`, seq 0): its seq counter, one indexed read (retention never moves it
+    /// back).
     ///
     /// # Errors
     /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
     /// a read fails.
     pub async fn last_seq(&self, session_id: &SessionId) -> Result<u64> {
         self.require(session_id).await?;
-        let exists = |seq: u64| async move {
-            let page = self
-                .journal
-                .events_after(session_id.clone(), seq.checked_sub(1), 1)
-                .await?;
-            Ok::<bool, crate::Error>(page.first().is_some_and(|e| e.seq >= seq))
-        };
-        // Seqs are contiguous from 0: find the first missing one.
-        let (mut present, mut step) = (0u64, 1u64);
-        while exists(present + step).await? {
-            present += step;
-            step = step.saturating_mul(2);
-        }
-        let mut missing = present + step;
-        while missing - present > 1 {
-            let mid = present + (missing - present) / 2;
-            if exists(mid).await? {
-                present = mid;
-            } else {
-                missing = mid;
-            }
-        }
-        Ok(present)
+        self.journal
+            .latest_seq(session_id.clone())
+            .await?
+            .ok_or_else(|| crate::Error::NotFound {
+                session_id: session_id.clone(),
+            })
     }
 
     /// The session's most recent turn terminal (`session.execution.succeeded`, `failed` or
@@ -424,9 +461,9 @@ impl Sessions {
     /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
     /// a read fails.
     pub async fn last_terminal(&self, session_id: &SessionId) -> Result<Option<EventRecord>> {
-        use crate::event::kind;
         let mut end = self.last_seq(session_id).await? + 1;
-        while end > 0 {
+        let first = self.log_start(session_id).await?;
+        while end > first {
             let start = end.saturating_sub(REPLAY_PAGE as u64);
             let page = self
                 .journal

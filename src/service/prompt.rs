@@ -162,14 +162,20 @@ impl Sessions {
     /// inputs come back pending, without scheduling execution.
     ///
     /// # Errors
-    /// [`Error::NotFound`] when the session is not stored; [`Error::Store`] when the log cannot
-    /// be replayed (then nothing changed).
+    /// [`Error::NotFound`] when the session is not stored; [`Error::EventsCompacted`] when its
+    /// log was compacted (retention: the rows built from the compacted events cannot be
+    /// rebuilt; nothing changed); [`Error::Store`] when the log cannot be replayed (then
+    /// nothing changed).
     pub async fn reproject(&self, session_id: &SessionId) -> Result<Reprojection> {
-        self.journal
-            .reproject(session_id.clone())
-            .await?
-            .ok_or_else(|| Error::NotFound {
+        match self.journal.reproject(session_id.clone()).await? {
+            Some(Ok(reprojection)) => Ok(reprojection),
+            Some(Err(first_seq)) => Err(Error::EventsCompacted {
                 session_id: session_id.clone(),
-            })
+                first_seq,
+            }),
+            None => Err(Error::NotFound {
+                session_id: session_id.clone(),
+            }),
+        }
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use super::messages::{AwaitIdle, Close, Fence, Interrupt, Resume, Wake};
+use super::messages::{AwaitIdle, Close, Fence, Interrupt, Resume, SessionDeleted, Wake};
 use super::{Forget, Held, SessionActor};
 use crate::error::{Error, StoreError};
 use crate::journal::{Loaded, Nudge, Ownership};
@@ -221,5 +221,20 @@ impl Handler<Fence> for SessionActor {
     fn handle(&mut self, _: Fence, ctx: &mut Self::Context) {
         self.fenced = true;
         ctx.stop();
+    }
+}
+
+impl Handler<SessionDeleted> for SessionActor {
+    type Result = ();
+
+    /// Whatever comes next for this id loads the session again (it may be created anew);
+    /// an idle actor stops at once, so a recreated session starts with a fresh one.
+    fn handle(&mut self, _: SessionDeleted, ctx: &mut Self::Context) {
+        self.held = Held::Unknown;
+        if self.coordinator.is_quiescent() {
+            self.retire(Forget::Stopped, ctx);
+        } else {
+            self.fenced = true;
+        }
     }
 }

@@ -63,3 +63,10 @@ pub(crate) struct Passivate;
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
 pub(crate) struct Fence;
+
+/// The session was deleted: forget what was loaded of it and stop once no turn runs (a turn
+/// still running finds its session gone at its next write, is fenced, and the actor stops
+/// after it settles).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct SessionDeleted;

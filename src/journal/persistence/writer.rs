@@ -1,8 +1,14 @@
 //! The writer thread of the Persistence actor: takes everything queued, commits it as one
 //! transaction (a savepoint per request), replies after COMMIT and broadcasts what committed.
+//!
+//! It also keeps the write-ahead log small: once it has written and then had nothing to do for
+//! [`IDLE_CHECKPOINT`] (at most every [`CHECKPOINT_EVERY`]), and when it stops, it has the
+//! engine checkpoint and truncate its log (SQLite `wal_checkpoint(TRUNCATE)`), so a clean stop
+//! leaves an empty `-wal` file.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
 
 use futures::channel::oneshot;
 use tokio::sync::broadcast;
@@ -11,6 +17,14 @@ use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::journal::backend::WriterConnection;
+
+/// How long the writer must have had nothing to do before it checkpoints the write-ahead log
+/// (folds it into the database and truncates it).
+const IDLE_CHECKPOINT: Duration = Duration::from_secs(1);
+
+/// The least time between two idle checkpoints (a writer that idles a second between every
+/// burst does not checkpoint after each).
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
 /// How often a request that failed with a transient error (a deadlock with another node's
 /// transaction, a lock wait that timed out) runs again, alone, before its caller gets the error.
@@ -31,19 +45,42 @@ pub(super) struct WriterActor {
 }
 
 impl WriterActor {
+    /// The next message; while the log holds writes not yet checkpointed (`dirty`), a quiet
+    /// moment checkpoints it first. `None` once every handle is gone.
+    fn next_message(&mut self, idle: &mut IdleCheckpoint) -> Option<Msg> {
+        loop {
+            let Some(due) = idle.due() else {
+                return self.inbox.recv().ok();
+            };
+            let wait = due.saturating_duration_since(Instant::now());
+            match self.inbox.recv_timeout(wait) {
+                Ok(msg) => return Some(msg),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let done = self.conn.checkpoint(true);
+                    idle.checkpointed(done);
+                }
+            }
+        }
+    }
+
     /// The thread's loop, until `Stop` or every handle is gone.
     pub(super) fn run(mut self) {
         let mut stop: Option<oneshot::Sender<()>> = None;
         // A write that must run alone, taken from the mailbox while collecting a batch.
         let mut held: Option<Box<dyn Job>> = None;
+        let mut idle = IdleCheckpoint::default();
         while stop.is_none() {
             let first = match held.take() {
                 Some(job) => Msg::Job(job),
-                None => match self.inbox.recv() {
-                    Ok(msg) => msg,
-                    Err(_) => break,
+                None => match self.next_message(&mut idle) {
+                    Some(msg) => msg,
+                    None => break,
                 },
             };
+            if matches!(first, Msg::Job(_)) {
+                idle.wrote();
+            }
             let mut batch = Vec::new();
             match first {
                 Msg::Job(job) if job.alone() => {
@@ -75,6 +112,7 @@ impl WriterActor {
                 }
             }
             if !batch.is_empty() {
+                idle.wrote();
                 self.commit_batch(batch);
             }
         }
@@ -94,6 +132,10 @@ impl WriterActor {
             }
         }
         if let Some(tx) = stop {
+            // After the last write: a clean stop leaves an empty log.
+            if !self.conn.checkpoint(false) {
+                log::warn!("persistence: the write-ahead log could not be truncated at stop");
+            }
             let _ = tx.send(());
         }
     }
@@ -258,5 +300,43 @@ impl WriterActor {
             }
         }
         conn.commit()
+    }
+}
+
+/// When the writer checkpoints its log while idle.
+#[derive(Debug, Default)]
+struct IdleCheckpoint {
+    /// When it last wrote, if the log holds writes not checkpointed since.
+    dirty: Option<Instant>,
+    /// When it last tried to checkpoint.
+    last: Option<Instant>,
+}
+
+impl IdleCheckpoint {
+    /// A write was taken from the mailbox.
+    fn wrote(&mut self) {
+        self.dirty = Some(Instant::now());
+    }
+
+    /// When to checkpoint if nothing arrives before: [`IDLE_CHECKPOINT`] after the last write,
+    /// and [`CHECKPOINT_EVERY`] after the last attempt. `None` when nothing was written.
+    fn due(&self) -> Option<Instant> {
+        let quiet = self.dirty? + IDLE_CHECKPOINT;
+        Some(match self.last {
+            Some(last) => quiet.max(last + CHECKPOINT_EVERY),
+            None => quiet,
+        })
+    }
+
+    /// A checkpoint was tried; `done` when it truncated the log.
+    fn checkpointed(&mut self, done: bool) {
+        let now = Instant::now();
+        self.last = Some(now);
+        if done {
+            self.dirty = None;
+        } else {
+            // A reader was in the way: try again after another quiet moment.
+            self.dirty = Some(now);
+        }
     }
 }

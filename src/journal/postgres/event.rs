@@ -129,7 +129,7 @@ fn apply(
 }
 
 /// Up to `limit` events of `session` with seq greater than `after` (all when `None`), in seq
-/// order.
+/// order, never below the start of its log (as the SQLite store's).
 pub(crate) fn events_after(
     conn: &mut PgConn,
     session: &SessionId,
@@ -140,25 +140,41 @@ pub(crate) fn events_after(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = conn.query(
         "SELECT aggregate_id, seq, type, data, time FROM event \
-         WHERE aggregate_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+         WHERE aggregate_id = $1 \
+           AND seq > GREATEST($2, COALESCE((SELECT log_start FROM session WHERE id = $1), 0) - 1) \
+         ORDER BY seq LIMIT $3",
         &[&session.as_str(), &after, &limit],
     )?;
-    rows.iter()
-        .map(|row| {
-            let data: String = row.try_get(3)?;
-            Ok(EventRecord {
-                session_id: session_id(row.try_get(0)?)?,
-                seq: seq_value(row.try_get(1)?)?,
-                kind: row.try_get(2)?,
-                data: json_value(&data)?,
-                time: row.try_get(4)?,
-            })
-        })
-        .collect()
+    rows.iter().map(record).collect()
+}
+
+/// Every stored event row of `session`, in seq order, below the start of a compacted log too
+/// (as the SQLite store's `stored_events`).
+pub(crate) fn stored_events(
+    conn: &mut PgConn,
+    session: &SessionId,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let rows = conn.query(
+        "SELECT aggregate_id, seq, type, data, time FROM event WHERE aggregate_id = $1 \
+         ORDER BY seq",
+        &[&session.as_str()],
+    )?;
+    rows.iter().map(record).collect()
+}
+
+/// Decodes an `event` row (`aggregate_id, seq, type, data, time`).
+fn record(row: &postgres::Row) -> Result<EventRecord, StoreError> {
+    let data: String = row.try_get(3)?;
+    Ok(EventRecord {
+        session_id: session_id(row.try_get(0)?)?,
+        seq: seq_value(row.try_get(1)?)?,
+        kind: row.try_get(2)?,
+        data: json_value(&data)?,
+        time: row.try_get(4)?,
+    })
 }
 
 /// The seq of `session`'s latest event, or `None` before its first.
-#[cfg(test)]
 pub(crate) fn latest_seq(
     conn: &mut PgConn,
     session: &SessionId,

@@ -420,6 +420,9 @@ struct NodePayload {
     many: bool,
     #[serde(default)]
     sessions: Vec<(String, u64, u64)>,
+    /// Sessions another node deleted, with the seq of their `session.deleted`.
+    #[serde(default)]
+    deleted: Vec<(String, u64)>,
 }
 
 /// The signal a notification on `channel` means to node `me`, if any.
@@ -430,7 +433,14 @@ pub(crate) fn decode(me: &str, channel: &str, payload: &str) -> Option<Signal> {
             if p.node == me {
                 return None;
             }
-            if p.many {
+            if !p.deleted.is_empty() {
+                let deleted = p
+                    .deleted
+                    .into_iter()
+                    .filter_map(|(s, seq)| Some((SessionId::new(s).ok()?, seq)))
+                    .collect();
+                Signal::Deleted(deleted)
+            } else if p.many {
                 Signal::ManyEvents
             } else {
                 let events = p

@@ -113,8 +113,14 @@ CREATE TABLE session_message (
 CREATE INDEX session_message_type ON session_message(session_id, type, seq);
 "#;
 
+/// Version 2 (the SQLite store's version 4): retention. `session.log_start` is the first seq
+/// of the session's log a replay returns (0 until its older events are compacted).
+const V2: &str = r#"
+ALTER TABLE session ADD COLUMN log_start BIGINT NOT NULL DEFAULT 0;
+"#;
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1];
+const MIGRATIONS: &[&str] = &[V1, V2];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::conn::PgConn;
-use super::{claim, event, input, message, ownership, session};
+use super::{claim, event, input, message, ownership, retention, session};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
@@ -221,6 +221,44 @@ impl Store for PgConn {
 
     fn release_child_claims(&mut self) -> Result<usize, StoreError> {
         claim::release_child_claims(self)
+    }
+
+    fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {
+        retention::session_tree(self, session)
+    }
+
+    fn lock_sessions(&mut self, sessions: &[SessionId]) -> Result<(), StoreError> {
+        retention::lock_sessions(self, sessions)
+    }
+
+    fn delete_session(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        retention::delete_session(self, session)
+    }
+
+    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        event::latest_seq(self, session)
+    }
+
+    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        retention::log_start(self, session)
+    }
+
+    fn compactable(
+        &mut self,
+        keep_last: u64,
+        idle_before: i64,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        retention::compactable(self, keep_last, idle_before, limit)
+    }
+
+    fn compact(
+        &mut self,
+        session: &SessionId,
+        keep_last: u64,
+        idle_before: i64,
+    ) -> Result<Option<(u64, usize)>, StoreError> {
+        retention::compact(self, session, keep_last, idle_before)
     }
 
     fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {

@@ -345,6 +345,44 @@ fn dead_nodes_are_forgotten_once_nothing_refers_to_them() -> Result<(), StoreErr
     Ok(())
 }
 
+/// A deletion committed on one node reaches the others as [`Signal::Deleted`], naming the seq
+/// of its `session.deleted` (the one after the session's last event); a rolled-back one does
+/// not, and deletes nothing.
+#[test]
+fn a_node_hears_other_nodes_deletions() -> Result<(), StoreError> {
+    let Some(db) = pg_db("deleted") else {
+        return Ok(());
+    };
+    let (mut a, _a_rx) = node(&config(&db, "a"))?;
+    let (_b, mut b_rx) = node(&config(&db, "b"))?;
+    let any = Duration::from_secs(5);
+    assert!(wait_for(&mut b_rx, any, |s| *s == Signal::Rescan).is_some());
+    commit(&mut a, |s| {
+        s.create_session(&info("s", None, 1))?;
+        s.create_session(&info("kept", None, 1))?;
+        s.publish(&sid("s"), "custom.kind", &json!({}), 2)
+    })?;
+    a.writer.begin()?;
+    a.writer.store().delete_session(&sid("kept"))?;
+    a.writer.rollback();
+    commit(&mut a, |s| s.delete_session(&sid("s")))?;
+    let deleted = wait_for(&mut b_rx, any, |s| matches!(s, Signal::Deleted(_)));
+    assert_eq!(deleted, Some(Signal::Deleted(vec![(sid("s"), 2)])));
+    assert_eq!(
+        wait_for(&mut b_rx, Duration::from_millis(300), |s| matches!(
+            s,
+            Signal::Deleted(_)
+        )),
+        None,
+        "the rolled-back deletion was never announced"
+    );
+    let left = commit(&mut a, |s| {
+        Ok((s.log_start(&sid("s"))?, s.log_start(&sid("kept"))?))
+    })?;
+    assert_eq!(left, (None, Some(0)));
+    Ok(())
+}
+
 #[test]
 fn notifications_decode_into_signals() {
     assert_eq!(
@@ -373,6 +411,14 @@ fn notifications_decode_into_signals() {
     assert_eq!(
         decode("me", "ds_events", r#"{"node":"b","many":true}"#),
         Some(Signal::ManyEvents)
+    );
+    assert_eq!(
+        decode("me", "ds_events", r#"{"node":"b","deleted":[["s",7]]}"#),
+        Some(Signal::Deleted(vec![(sid("s"), 7)]))
+    );
+    assert_eq!(
+        decode("me", "ds_events", r#"{"node":"me","deleted":[["s",7]]}"#),
+        None
     );
     assert_eq!(
         decode("me", "ds_nodes", r#"{"node":"b","left":true}"#),

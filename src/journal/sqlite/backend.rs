@@ -26,8 +26,16 @@ impl Store for Connection {
         })
     }
 
-    fn check_fence(&mut self, _session: &SessionId, _epoch: u64) -> Result<(), StoreError> {
-        Ok(())
+    /// Fenced only when the session is not stored (deleted under the turn).
+    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError> {
+        if sqlite::session_exists(self, session)? {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                session_id: session.clone(),
+                epoch,
+            })
+        }
     }
 
     fn release_ownership(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
@@ -256,6 +264,44 @@ impl Store for Connection {
     fn release_child_claims(&mut self) -> Result<usize, StoreError> {
         sqlite::release_child_claims(self)
     }
+
+    fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {
+        sqlite::session_tree(self, session)
+    }
+
+    fn lock_sessions(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn delete_session(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        sqlite::delete_session(self, session)
+    }
+
+    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        sqlite::latest_seq(self, session)
+    }
+
+    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        sqlite::log_start(self, session)
+    }
+
+    fn compactable(
+        &mut self,
+        keep_last: u64,
+        idle_before: i64,
+        limit: usize,
+    ) -> Result<Vec<SessionId>, StoreError> {
+        sqlite::compactable(self, keep_last, idle_before, limit)
+    }
+
+    fn compact(
+        &mut self,
+        session: &SessionId,
+        keep_last: u64,
+        idle_before: i64,
+    ) -> Result<Option<(u64, usize)>, StoreError> {
+        sqlite::compact(self, session, keep_last, idle_before)
+    }
 }
 
 /// The per-request savepoint's statements (prepared once per connection, then cached).
@@ -282,6 +328,44 @@ impl SqliteWriter {
 }
 
 impl WriterConnection for SqliteWriter {
+    /// `PRAGMA wal_checkpoint(TRUNCATE)`: copies the WAL into the database and truncates it
+    /// to zero bytes. When `idle`, without waiting for readers (the busy timeout is lifted for
+    /// the call): a reader in the middle of a read makes it give up, and a later idle moment
+    /// tries again.
+    fn checkpoint(&mut self, idle: bool) -> bool {
+        let wait = if idle {
+            let previous: Option<i64> = self
+                .conn
+                .pragma_query_value(None, "busy_timeout", |row| row.get(0))
+                .ok();
+            if self.conn.busy_timeout(std::time::Duration::ZERO).is_err() {
+                return false;
+            }
+            previous
+        } else {
+            None
+        };
+        let result = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            });
+        if let Some(ms) = wait {
+            let restore = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            if let Err(e) = self.conn.busy_timeout(restore) {
+                log::warn!("persistence: cannot restore the busy timeout: {e}");
+            }
+        }
+        match result {
+            Ok(0) => true,
+            Ok(_busy) => false,
+            Err(e) => {
+                log::warn!("persistence: WAL checkpoint failed: {e}");
+                false
+            }
+        }
+    }
+
     fn begin(&mut self) -> Result<(), StoreError> {
         // IMMEDIATE: take the write lock now, so a busy database fails the BEGIN, not a write
         // halfway through the batch.

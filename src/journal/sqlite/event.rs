@@ -156,7 +156,8 @@ fn read_event(row: &Row<'_>) -> rusqlite::Result<(String, u64, String, String, i
 }
 
 /// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
-/// in seq order.
+/// in seq order — never below the start of its log (`session.log_start`): after a compaction,
+/// the one older row kept (the latest interrupt request, the durable fence) is not replayed.
 pub(crate) fn events_after(
     conn: &Connection,
     session: &SessionId,
@@ -165,7 +166,9 @@ pub(crate) fn events_after(
 ) -> Result<Vec<EventRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT aggregate_id, seq, type, data, time FROM event \
-         WHERE aggregate_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+         WHERE aggregate_id = ?1 \
+           AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
+         ORDER BY seq LIMIT ?3",
     )?;
     let after = after.map_or(-1, seq_param);
     let rows = stmt
@@ -174,6 +177,30 @@ pub(crate) fn events_after(
             read_event,
         )?
         .collect::<rusqlite::Result<Vec<_>>>()?;
+    decode_events(rows)
+}
+
+/// Every stored event row of `session`, in seq order, below the start of a compacted log too
+/// (the kept interrupt fence), without reading the session row: what `testing::events`
+/// inspects, on a database of any schema version.
+pub(crate) fn stored_events(
+    conn: &Connection,
+    session: &SessionId,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT aggregate_id, seq, type, data, time FROM event WHERE aggregate_id = ?1 \
+         ORDER BY seq",
+    )?;
+    let rows = stmt
+        .query_map([session.as_str()], read_event)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    decode_events(rows)
+}
+
+/// Decodes rows read by [`read_event`].
+fn decode_events(
+    rows: Vec<(String, u64, String, String, i64)>,
+) -> Result<Vec<EventRecord>, StoreError> {
     rows.into_iter()
         .map(|(aggregate, seq, kind, data, time)| {
             Ok(EventRecord {
@@ -188,7 +215,6 @@ pub(crate) fn events_after(
 }
 
 /// The seq of `session`'s latest event, or `None` before its first.
-#[cfg_attr(not(test), allow(dead_code))] // used by tests and diagnostics
 pub(crate) fn latest_seq(
     conn: &Connection,
     session: &SessionId,

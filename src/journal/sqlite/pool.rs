@@ -1,5 +1,5 @@
 //! The connection pool and the per-connection PRAGMAs (WAL, `synchronous`, `foreign_keys`,
-//! `busy_timeout`).
+//! `busy_timeout`, `journal_size_limit`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,6 +25,9 @@ pub(crate) struct StoreConfig {
     pub busy_timeout: Duration,
     /// The most pooled connections (default 8).
     pub pool_size: u32,
+    /// `PRAGMA journal_size_limit`: the size, in bytes, the WAL file is truncated back to
+    /// after a checkpoint reset it (default 64 MiB).
+    pub journal_size_limit: u64,
 }
 
 impl StoreConfig {
@@ -35,9 +38,13 @@ impl StoreConfig {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
             pool_size: 8,
+            journal_size_limit: DEFAULT_JOURNAL_SIZE_LIMIT,
         }
     }
 }
+
+/// The default `journal_size_limit`: 64 MiB.
+pub(crate) const DEFAULT_JOURNAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 
 /// Prepared statements kept per connection; the store has a few dozen distinct statements.
 const STATEMENT_CACHE_CAPACITY: usize = 64;
@@ -48,6 +55,7 @@ fn init_connection(
     conn: &mut Connection,
     synchronous: Synchronous,
     busy_timeout: Duration,
+    journal_size_limit: u64,
 ) -> rusqlite::Result<()> {
     conn.busy_timeout(busy_timeout)?;
     let mode: String =
@@ -57,6 +65,8 @@ fn init_connection(
     }
     conn.pragma_update(None, "synchronous", synchronous.as_pragma())?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    let limit = i64::try_from(journal_size_limit).unwrap_or(i64::MAX);
+    conn.pragma_update(None, "journal_size_limit", limit)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     Ok(())
 }
@@ -78,7 +88,12 @@ pub(crate) fn open_connection(cfg: &StoreConfig) -> Result<Connection, StoreErro
             )),
         )));
     }
-    init_connection(&mut conn, cfg.synchronous, cfg.busy_timeout)?;
+    init_connection(
+        &mut conn,
+        cfg.synchronous,
+        cfg.busy_timeout,
+        cfg.journal_size_limit,
+    )?;
     Ok(conn)
 }
 
@@ -92,9 +107,10 @@ pub(crate) fn open(cfg: &StoreConfig) -> Result<Pool, StoreError> {
         let mut conn = open_connection(cfg)?;
         schema::migrate(&mut conn)?;
     }
-    let (synchronous, busy_timeout) = (cfg.synchronous, cfg.busy_timeout);
+    let (synchronous, busy_timeout, limit) =
+        (cfg.synchronous, cfg.busy_timeout, cfg.journal_size_limit);
     let manager = SqliteConnectionManager::file(&cfg.path)
-        .with_init(move |conn| init_connection(conn, synchronous, busy_timeout));
+        .with_init(move |conn| init_connection(conn, synchronous, busy_timeout, limit));
     let pool = r2d2::Pool::builder()
         .max_size(cfg.pool_size.max(1))
         // Every connection is opened now and kept (r2d2's default): a connection's fixed
@@ -127,6 +143,10 @@ mod tests {
             assert_eq!(pragma::<i64>(conn, "foreign_keys")?, 1);
             assert_eq!(pragma::<i64>(conn, "synchronous")?, 2);
             assert_eq!(pragma::<i64>(conn, "busy_timeout")?, 5000);
+            assert_eq!(
+                pragma::<i64>(conn, "journal_size_limit")?,
+                DEFAULT_JOURNAL_SIZE_LIMIT as i64
+            );
         }
         Ok(())
     }

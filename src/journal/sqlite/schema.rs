@@ -122,8 +122,15 @@ UPDATE session_message SET interrupted = 1 WHERE type = 'user' AND (
 ) = 'session.execution.interrupted';
 ";
 
+/// Version 4: retention. `session.log_start` is the first seq of the session's log a replay
+/// returns: 0 until its older events are compacted (`RuntimeBuilder::retain_events`), then the
+/// seq compaction kept from. The seq counter is never reset, so new events go on after it.
+const V4: &str = r"
+ALTER TABLE session ADD COLUMN log_start INTEGER NOT NULL DEFAULT 0;
+";
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;
