@@ -248,6 +248,45 @@ async fn the_sweep_leaves_sessions_already_draining_in_this_process_untouched() 
     runtime.stop().await;
 }
 
+/// `start` returns once every turn a crash left claimed is resumed (its notice committed) and
+/// registered, with the periodic takeover on too; five restarts in a row, each resuming the
+/// turns the previous one's shutdown kept. Regression (PostgreSQL): the node's loop started
+/// before the start-up sweep, and its first takeover (on the listener's first rescan) ran
+/// alongside it: when that one counted the turns first, the start-up sweep found them taken by
+/// this boot already and `start` returned before they were noticed or in `active()`.
+#[actix_rt::test]
+async fn start_returns_once_every_turn_a_crash_left_is_resumed() {
+    let runner = ScriptedRunner::new();
+    let mut runtime = Harness::start(&runner).await;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let id = create(&runtime, &format!("s{i}"), None).await;
+        testing::seed_claim(runtime.path(), &id, 0).unwrap();
+        runner.set_default(&id, Script::Never);
+        ids.push(id);
+    }
+    for restart in 1..=5 {
+        runtime
+            .restart(&runner, |b| b.sweep_on_start(true).takeover(true))
+            .await;
+        let active: Vec<_> = runtime.execution().active().into_iter().collect();
+        assert_eq!(
+            active, ids,
+            "restart {restart}: turns not registered by start"
+        );
+        for id in &ids {
+            let notices = testing::events_of_kind(runtime.path(), id, kind::SYNTHETIC).unwrap();
+            assert_eq!(
+                notices.len(),
+                restart,
+                "{id}: notices when start {restart} returned"
+            );
+        }
+        runner.wait_for_drains(ids.len() * restart, WAIT).await;
+    }
+    runtime.stop().await;
+}
+
 /// The suite above, on PostgreSQL (one fresh database per runtime).
 #[cfg(feature = "postgres")]
 #[test]
@@ -286,6 +325,10 @@ fn postgres_backend_passes_the_execution_lifecycle_suite() {
             (
                 "the_sweep_leaves_sessions_already_draining_in_this_process_untouched",
                 the_sweep_leaves_sessions_already_draining_in_this_process_untouched,
+            ),
+            (
+                "start_returns_once_every_turn_a_crash_left_is_resumed",
+                start_returns_once_every_turn_a_crash_left_is_resumed,
             ),
         ],
     );
