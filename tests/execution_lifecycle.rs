@@ -248,6 +248,34 @@ async fn the_sweep_leaves_sessions_already_draining_in_this_process_untouched() 
     runtime.stop().await;
 }
 
+/// A sweep releases the claim of a child session only when no live turn holds it: the turn of
+/// a child running in this process keeps its claim until it ends (on PostgreSQL every node
+/// sweeps every quarter lease; before the fix each sweep released the claims of every running
+/// child turn, so a turn ended with no claim to settle against).
+#[actix_rt::test]
+async fn the_sweep_leaves_a_running_child_turn_claimed() {
+    let runner = ScriptedRunner::new();
+    let runtime = Harness::start(&runner).await;
+    let parent = create(&runtime, "parent", None).await;
+    let child = create(&runtime, "child", Some(&parent)).await;
+    let gate = Gate::new();
+    runner.push(&child, Script::Gate(gate.clone()));
+    let execution = runtime.execution();
+    let running = actix_rt::spawn({
+        let (execution, child) = (execution.clone(), child.clone());
+        async move { execution.resume(&child).await }
+    });
+    runner.wait_for_drains(1, WAIT).await;
+
+    let report = runtime.resume_suspended_sessions().await.unwrap();
+    assert_eq!(report.children_released, 0, "{report:?}");
+    assert!(testing::is_claimed(runtime.path(), &child).unwrap());
+    gate.release();
+    running.await.unwrap().unwrap();
+    assert!(!testing::is_claimed(runtime.path(), &child).unwrap());
+    runtime.stop().await;
+}
+
 /// `start` returns once every turn a crash left claimed is resumed (its notice committed) and
 /// registered, with the periodic takeover on too; five restarts in a row, each resuming the
 /// turns the previous one's shutdown kept. Regression (PostgreSQL): the node's loop started
@@ -325,6 +353,10 @@ fn postgres_backend_passes_the_execution_lifecycle_suite() {
             (
                 "the_sweep_leaves_sessions_already_draining_in_this_process_untouched",
                 the_sweep_leaves_sessions_already_draining_in_this_process_untouched,
+            ),
+            (
+                "the_sweep_leaves_a_running_child_turn_claimed",
+                the_sweep_leaves_a_running_child_turn_claimed,
             ),
             (
                 "start_returns_once_every_turn_a_crash_left_is_resumed",

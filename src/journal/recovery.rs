@@ -44,12 +44,13 @@ pub(crate) enum Swept {
 }
 
 impl Journal {
-    /// Releases every claimed child session (children are never resumed on their own); returns
-    /// how many.
-    pub(crate) async fn release_child_claims(&self) -> Result<usize, StoreError> {
+    /// Releases every claimed child session (children are never resumed on their own) whose
+    /// claim no live turn holds: not one of `boot`, nor, with several nodes, of another live node;
+    /// returns how many.
+    pub(crate) async fn release_child_claims(&self, boot: String) -> Result<usize, StoreError> {
         self.inner
             .persistence
-            .write(|w| w.store().release_child_claims())
+            .write(move |w| w.store().release_child_claims(&boot))
             .await
     }
 
