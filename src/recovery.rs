@@ -61,15 +61,38 @@ pub(crate) async fn resume_suspended_sessions(
         .into_iter()
         .filter(|id| !active.contains(id))
         .collect();
+    // Turns an earlier sweep of this process counted and could not settle: no listing finds
+    // them (their claims name this boot). One a turn of this process took up since (a wake)
+    // is that turn's to settle.
+    let stranded: Vec<(SessionId, u32)> = registry
+        .take_stranded()
+        .into_iter()
+        .filter(|(id, _)| !active.contains(id))
+        .collect();
     // From the counting (which makes this node their owner) until their resumes are delivered,
     // wakes and interrupts of these sessions wait: a plain turn must not start next to the
     // adopted one.
-    let _adopting = registry.adopt(claimed.iter().chain(&owed).cloned().collect());
+    let adopted = claimed
+        .iter()
+        .chain(&owed)
+        .chain(stranded.iter().map(|(id, _)| id));
+    let _adopting = registry.adopt(adopted.cloned().collect());
     let mut orphans = if claimed.is_empty() {
         Vec::new()
     } else {
-        journal.count_resumes(claimed, boot.clone()).await?
+        match journal.count_resumes(claimed, boot.clone()).await {
+            Ok(counted) => counted,
+            Err(e) => {
+                registry.strand(stranded);
+                return Err(e.into());
+            }
+        }
     };
+    orphans.extend(
+        stranded
+            .into_iter()
+            .map(|(id, n)| Unfinished::Claimed(id, n)),
+    );
     orphans.extend(owed.into_iter().map(Unfinished::Owed));
     let mut report = SweepReport {
         children_released,
@@ -83,7 +106,22 @@ pub(crate) async fn resume_suspended_sessions(
     let max = max_resume_attempts;
     let outcomes = chunked(orphans, SWEEP_CHUNK).into_iter().map(|chunk| {
         async move {
-            let swept = journal.sweep(chunk, max, boot.clone()).await?;
+            let counted: Vec<(SessionId, u32)> = chunk
+                .iter()
+                .filter_map(|orphan| match orphan {
+                    Unfinished::Claimed(id, attempts) => Some((id.clone(), *attempts)),
+                    Unfinished::Owed(_) => None,
+                })
+                .collect();
+            let swept = match journal.sweep(chunk, max, boot.clone()).await {
+                Ok(swept) => swept,
+                Err(e) => {
+                    // Counted and left unsettled: the next sweep settles them (an adoption's
+                    // count rolled back with the rest, so its session is listed again).
+                    registry.strand(counted);
+                    return Err(e.into());
+                }
+            };
             // Each resumed turn's actor registers it (in `active()`) as it handles the message,
             // which `deliver` waits for; the drains run on their own.
             let registrations = swept.iter().filter_map(|outcome| match outcome {

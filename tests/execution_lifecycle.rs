@@ -365,3 +365,65 @@ fn postgres_backend_passes_the_execution_lifecycle_suite() {
         ],
     );
 }
+
+/// A sweep whose settling transaction failed after its count committed (the count names this
+/// boot in the claim, so no later listing of this process finds the turn) leaves the turn to
+/// the next sweep, which resumes it once — not claimed, with no actor, for as long as the
+/// process lives (on PostgreSQL, where every node sweeps every quarter lease, until the node
+/// died). The failure: another connection holds the session's `event_sequence` row past the
+/// writer's lock timeout (a lease).
+#[cfg(feature = "postgres")]
+fn the_next_sweep_settles_what_a_failed_sweep_counted() {
+    actix_rt::System::new().block_on(async {
+        let runner = ScriptedRunner::new();
+        let runtime = Harness::with(|b| b.lease(std::time::Duration::from_secs(1)))
+            .start(&runner)
+            .await;
+        let s = create(&runtime, "s", None).await;
+        testing::seed_claim(runtime.path(), &s, 0).unwrap();
+        let url = runtime.path().to_str().expect("a URL").to_owned();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let mut tx = client.transaction().unwrap();
+            tx.execute(
+                "SELECT seq FROM event_sequence WHERE aggregate_id = 's' FOR UPDATE",
+                &[],
+            )
+            .unwrap();
+            locked.send(()).unwrap();
+            released.recv().unwrap();
+            tx.rollback().unwrap();
+        });
+        is_locked.recv().unwrap();
+        let failed = runtime.resume_suspended_sessions().await;
+        assert!(failed.is_err(), "the sweep did not fail: {failed:?}");
+        assert_eq!(testing::resume_attempts(runtime.path(), &s).unwrap(), 1);
+        release.send(()).unwrap();
+        holder.join().unwrap();
+
+        let report = runtime.resume_suspended_sessions().await.unwrap();
+        assert_eq!(report.resumed, vec![s.clone()], "{report:?}");
+        runtime.execution().await_idle(&s).await.unwrap();
+        let notices = testing::events_of_kind(runtime.path(), &s, kind::SYNTHETIC).unwrap();
+        assert_eq!(notices.len(), 1);
+        assert_eq!(runner.drains_of(&s).len(), 1);
+        assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
+        runtime.stop().await;
+    });
+}
+
+/// [`the_next_sweep_settles_what_a_failed_sweep_counted`], on PostgreSQL only (its failure is
+/// a row lock).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_backend_settles_what_a_failed_sweep_counted() {
+    common::on_postgres(
+        "postgres_backend_settles_what_a_failed_sweep_counted",
+        &[(
+            "the_next_sweep_settles_what_a_failed_sweep_counted",
+            the_next_sweep_settles_what_a_failed_sweep_counted,
+        )],
+    );
+}

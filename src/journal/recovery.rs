@@ -106,7 +106,7 @@ impl Journal {
                 let started = SessionEvent::ExecutionStarted { boot: boot.clone() };
                 let mut swept = Vec::with_capacity(chunk.len());
                 for unfinished in chunk.iter().cloned() {
-                    swept.extend(sweep_one(w, unfinished, max, &started)?);
+                    swept.extend(sweep_one(w, unfinished, max, &boot, &started)?);
                 }
                 Ok(swept)
             })
@@ -124,19 +124,21 @@ impl Journal {
 ///   (`session.execution.started`), so each orphan's pages are dirtied once.
 ///
 /// Nothing when there is nothing left to do: a turn of this process ended the claim, or served
-/// the owed prompt, since the session was listed.
+/// the owed prompt, since the session was listed; or the claim its count took for `boot` is no
+/// longer `boot`'s (with several nodes: another node took the turn over since, this node's
+/// lease having lapsed).
 fn sweep_one(
     w: &mut WriteCtx<'_>,
     orphan: Unfinished,
     max: u32,
+    boot: &str,
     started: &SessionEvent,
 ) -> Result<Vec<Swept>, StoreError> {
     let (id, attempts, inputs) = match orphan {
         Unfinished::Claimed(id, attempts) => {
-            let claimed = w
-                .store()
-                .claim_state(&id)?
-                .is_some_and(|c| c.time_suspended.is_some());
+            let claimed = w.store().claim_state(&id)?.is_some_and(|c| {
+                c.time_suspended.is_some() && c.claim_boot.as_deref() == Some(boot)
+            });
             if !claimed {
                 return Ok(Vec::new());
             }
