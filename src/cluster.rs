@@ -23,7 +23,8 @@ use crate::registry::Registry;
 use crate::session::messages::{Interrupt, Wake};
 use crate::session::Environment;
 
-/// Starts the node's loop when the journal is shared (otherwise nothing).
+/// Starts the node's loop when the journal is shared (otherwise nothing); `Runtime::start` calls
+/// it once its start-up sweep returned, so the two never take the same turns over at once.
 pub(crate) fn start(registry: Arc<Registry>, env: Arc<Environment>, config: &RuntimeConfig) {
     let Some(mut signals) = env.journal.take_signals() else {
         return;

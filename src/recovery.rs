@@ -17,7 +17,8 @@ use crate::session::Environment;
 /// What one sweep did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct SweepReport {
-    /// Child-session claims released (children are never resumed on their own).
+    /// Child-session claims released (children are never resumed on their own): those no live
+    /// turn holds.
     pub children_released: usize,
     /// Sessions whose turn was resumed with the restart notice: claimed turns, and sessions
     /// holding an acknowledged prompt whose turn never started.
@@ -33,21 +34,21 @@ pub struct SweepReport {
 /// Orphans noticed and claimed per transaction of the sweep.
 const SWEEP_CHUNK: usize = 1024;
 
-/// Runs the sweep: (1) releases child claims (children are never resumed on their own); (2)
-/// snapshots what this process already runs; (3) lists the sessions earlier boots left claimed
-/// and those owed a turn, minus that snapshot; (4a) counts every claimed attempt durably, in one
-/// transaction, before any notice or drain; (4b) settles the orphans in chunks, each one
-/// transaction (see the journal's `sweep`): resume, abort over budget, or record the user
+/// Runs the sweep: (1) releases the child claims no live turn holds (children are never resumed on
+/// their own); (2) snapshots what this process already runs; (3) lists the sessions earlier boots
+/// left claimed and those owed a turn, minus that snapshot; (4a) counts every claimed attempt
+/// durably, in one transaction, before any notice or drain; (4b) settles the orphans in chunks,
+/// each one transaction (see the journal's `sweep`): resume, abort over budget, or record the user
 /// interrupt that came before the crash; (4c) as each chunk commits, its resumes start
-/// (registration only, never waiting for drains) while the writer commits the next chunk.
-/// Returns once every resumed turn is registered (in `active()`).
+/// (registration only, never waiting for drains) while the writer commits the next chunk. Returns
+/// once every resumed turn is registered (in `active()`).
 pub(crate) async fn resume_suspended_sessions(
     registry: &Registry,
     env: &Arc<Environment>,
     max_resume_attempts: u32,
 ) -> Result<SweepReport> {
     let (journal, boot) = (&env.journal, &env.claimant());
-    let children_released = journal.release_child_claims().await?;
+    let children_released = journal.release_child_claims(boot.clone()).await?;
     let active = registry.active();
     let plan = journal.recovery_plan(boot.clone()).await?;
     let claimed: Vec<SessionId> = plan
@@ -60,15 +61,38 @@ pub(crate) async fn resume_suspended_sessions(
         .into_iter()
         .filter(|id| !active.contains(id))
         .collect();
+    // Turns an earlier sweep of this process counted and could not settle: no listing finds
+    // them (their claims name this boot). One a turn of this process took up since (a wake)
+    // is that turn's to settle.
+    let stranded: Vec<(SessionId, u32)> = registry
+        .take_stranded()
+        .into_iter()
+        .filter(|(id, _)| !active.contains(id))
+        .collect();
     // From the counting (which makes this node their owner) until their resumes are delivered,
     // wakes and interrupts of these sessions wait: a plain turn must not start next to the
     // adopted one.
-    let _adopting = registry.adopt(claimed.iter().chain(&owed).cloned().collect());
+    let adopted = claimed
+        .iter()
+        .chain(&owed)
+        .chain(stranded.iter().map(|(id, _)| id));
+    let _adopting = registry.adopt(adopted.cloned().collect());
     let mut orphans = if claimed.is_empty() {
         Vec::new()
     } else {
-        journal.count_resumes(claimed, boot.clone()).await?
+        match journal.count_resumes(claimed, boot.clone()).await {
+            Ok(counted) => counted,
+            Err(e) => {
+                registry.strand(stranded);
+                return Err(e.into());
+            }
+        }
     };
+    orphans.extend(
+        stranded
+            .into_iter()
+            .map(|(id, n)| Unfinished::Claimed(id, n)),
+    );
     orphans.extend(owed.into_iter().map(Unfinished::Owed));
     let mut report = SweepReport {
         children_released,
@@ -82,7 +106,22 @@ pub(crate) async fn resume_suspended_sessions(
     let max = max_resume_attempts;
     let outcomes = chunked(orphans, SWEEP_CHUNK).into_iter().map(|chunk| {
         async move {
-            let swept = journal.sweep(chunk, max, boot.clone()).await?;
+            let counted: Vec<(SessionId, u32)> = chunk
+                .iter()
+                .filter_map(|orphan| match orphan {
+                    Unfinished::Claimed(id, attempts) => Some((id.clone(), *attempts)),
+                    Unfinished::Owed(_) => None,
+                })
+                .collect();
+            let swept = match journal.sweep(chunk, max, boot.clone()).await {
+                Ok(swept) => swept,
+                Err(e) => {
+                    // Counted and left unsettled: the next sweep settles them (an adoption's
+                    // count rolled back with the rest, so its session is listed again).
+                    registry.strand(counted);
+                    return Err(e.into());
+                }
+            };
             // Each resumed turn's actor registers it (in `active()`) as it handles the message,
             // which `deliver` waits for; the drains run on their own.
             let registrations = swept.iter().filter_map(|outcome| match outcome {

@@ -55,6 +55,10 @@ pub(crate) struct Registry {
     /// attempt, which makes this node their owner, until their resumes are delivered): a wake
     /// or an interrupt reaching one of them waits for that (see [`Host::adopting`]).
     adopting: Mutex<HashSet<SessionId>>,
+    /// Turns a sweep of this process counted (taking their claims for this boot, so no later
+    /// listing of this process finds them) and could not settle, its transaction having failed,
+    /// with their attempt counts: the next sweep settles them.
+    stranded: Mutex<Vec<(SessionId, u32)>>,
     /// Woken when `active` becomes empty (what `shutdown` waits for).
     idle: tokio::sync::Notify,
     arbiters: Vec<ArbiterHandle>,
@@ -102,6 +106,7 @@ impl Registry {
             actors: Mutex::new(HashMap::new()),
             active: Mutex::new(HashSet::new()),
             adopting: Mutex::new(HashSet::new()),
+            stranded: Mutex::new(Vec::new()),
             idle: tokio::sync::Notify::new(),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
@@ -234,6 +239,17 @@ impl Registry {
             registry: self,
             ids,
         }
+    }
+
+    /// Keeps `turns` (counted by a sweep whose settling transaction failed, with their attempt
+    /// counts) for the next sweep.
+    pub(crate) fn strand(&self, turns: impl IntoIterator<Item = (SessionId, u32)>) {
+        lock(&self.stranded).extend(turns);
+    }
+
+    /// Takes the turns [`Registry::strand`] kept.
+    pub(crate) fn take_stranded(&self) -> Vec<(SessionId, u32)> {
+        std::mem::take(&mut *lock(&self.stranded))
     }
 
     /// Sessions with a turn in this process (starting, draining, stopping or settling).

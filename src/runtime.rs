@@ -229,11 +229,6 @@ impl RuntimeBuilder {
                 arbiters,
             }),
         };
-        crate::cluster::start(
-            runtime.inner.registry.clone(),
-            runtime.inner.env.clone(),
-            &runtime.inner.config,
-        );
         if runtime.inner.config.sweep_on_start {
             let report = runtime.resume_suspended_sessions().await?;
             log::info!(
@@ -245,6 +240,15 @@ impl RuntimeBuilder {
                 report.children_released
             );
         }
+        // Only now (PostgreSQL): the node's loop takes over dead nodes' turns on its own, and
+        // its first takeover (the listener's first rescan) must not run beside the start-up
+        // sweep, or it may count turns first that the sweep then leaves to it, and `start`
+        // returns before they are resumed. Signals received meanwhile wait in its channel.
+        crate::cluster::start(
+            runtime.inner.registry.clone(),
+            runtime.inner.env.clone(),
+            &runtime.inner.config,
+        );
         Ok(runtime)
     }
 }

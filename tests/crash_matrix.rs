@@ -2,17 +2,19 @@
 //! never a crash loop, every acknowledged prompt runs — under real `SIGKILL`s of real processes.
 //!
 //! Each test re-executes this test binary as a child process (`--exact <test> --nocapture`, with
-//! `DS_MATRIX_PLAN` selecting the child role). The child runs the runtime on a database file in a
-//! temp directory with an [`EchoRunner`] (each drain promotes the pending steer prompts with
-//! `promote_steer(None)` and the oldest queued one with `promote_queue()`, then appends one
-//! assistant reply per user message no user interrupted), creates sessions and admits `steer`
-//! and `queue` prompts with `Sessions::prompt`, printing `ADMITTING <id> <session> <delivery>`
-//! before and `ADMITTED <id>` once `prompt()` returned, and interrupts sessions. The parent kills
-//! it with SIGKILL either at a named crash point (`DS_CRASH_POINT`, feature `crash-points`: the
-//! thread reaching it prints `CRASH_POINT <name>` and blocks; the mid-drain point is the runner's
-//! own `MID_DRAIN` marker) or under a seeded workload — at a random instant, or right after an
-//! acknowledgement or an interrupt — then reads the file with plain rusqlite and checks, after
-//! every kill:
+//! `DS_MATRIX_PLAN` selecting the child role). The child runs the runtime on a database — a SQLite
+//! file in a temp directory, or (`postgres_backend_passes_the_crash_matrix`) a fresh PostgreSQL
+//! database, as a node with a short lease — with an [`EchoRunner`] (each drain promotes the pending
+//! steer prompts with `promote_steer(None)` and the oldest queued one with `promote_queue()`, then
+//! appends one assistant reply per user message no user interrupted), creates sessions and admits
+//! `steer` and `queue` prompts with `Sessions::prompt`, printing `ADMITTING <id> <session>
+//! <delivery>` before and `ADMITTED <id>` once `prompt()` returned, and interrupts sessions. The
+//! parent kills it with SIGKILL either at a named crash point (`DS_CRASH_POINT`, feature
+//! `crash-points`: the thread reaching it prints `CRASH_POINT <name>` and blocks; the mid-drain
+//! point is the runner's own `MID_DRAIN` marker) or under a seeded workload — at a random instant,
+//! or right after an acknowledgement or an interrupt — then reads the database with a plain client
+//! and checks, after every kill (on PostgreSQL, once the killed node's connections closed and its
+//! lease lapsed):
 //!
 //! - every acknowledged admission is in `session_input` (nothing lost), and nothing is
 //!   half-committed: each input's `promoted_seq` matches exactly one `session.prompt.promoted`
@@ -68,27 +70,37 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use common::{
-    is_releasing_terminal, next_commit, prompt_body, run_seed, say, splitmix, ChildProcess,
-    EchoOptions, EchoRunner, EventRow, StoreView, TestDb, XorShift, CHILD_WAIT,
+    await_killed_node, await_no_live_node, is_postgres, is_releasing_terminal, next_commit,
+    prompt_body, run_seed, say, splitmix, ChildProcess, EchoOptions, EchoRunner, EventRow,
+    StoreView, TestDb, XorShift, CHILD_WAIT, CRASH_LEASE,
 };
 
 /// The child's plan (JSON); set only in child processes.
 const PLAN_ENV: &str = "DS_MATRIX_PLAN";
-/// The database file the child opens.
+/// The database the child opens: a SQLite file, or a PostgreSQL URL.
 const DB_ENV: &str = "DS_MATRIX_DB";
 /// The resume budget of the named-point scenarios.
 const BUDGET: u32 = 3;
 /// The resume budget of the crash-loop scenarios (`budget + 1` crashing boots end in `aborted`).
 const LOOP_BUDGET: u32 = 2;
-/// Random kills CI runs (override with `DS_SOAK`).
+/// Random kills CI runs on SQLite (override with `DS_SOAK`).
 const RANDOM_KILLS: usize = 240;
-/// Independent kill chains run at once, each on its own database file.
+/// Random kills CI runs on PostgreSQL (override with `DS_SOAK`): fewer, as each kill there
+/// waits for the killed node's lease to lapse ([`CRASH_LEASE`], 1 s) before the next boot.
+const PG_RANDOM_KILLS: usize = 80;
+/// Independent kill chains run at once, each on its own database.
 const CHAINS: usize = 4;
 /// A chain runs a full in-process recovery check after this many kills (and at its end).
 const VERIFY_EVERY: usize = 10;
 
 fn session(i: usize) -> SessionId {
     SessionId::new(format!("s{i}")).expect("valid session id")
+}
+
+/// The node name of the matrix child process `pid` on PostgreSQL: the parent waits for that
+/// node's connections to close once it killed it.
+fn child_node(pid: u32) -> String {
+    format!("matrix-child-{pid}")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -180,6 +192,11 @@ async fn child(plan: Plan, db: PathBuf) {
         .sweep_on_start(true);
     if plan.normal_sync {
         builder = builder.synchronous(Synchronous::Normal);
+    }
+    if is_postgres(&db) {
+        builder = builder
+            .lease(CRASH_LEASE)
+            .node_name(child_node(std::process::id()));
     }
     let runtime = builder.start().await.expect("child runtime starts");
     say("READY");
@@ -529,8 +546,10 @@ fn crash_with(
     );
     let before = StoreView::read(db);
     let mut child = spawn_child(test, plan, db, point);
+    let pid = child.id();
     kill_after(&mut child);
     let lines = child.kill();
+    await_killed_node(db, &child_node(pid));
     ledger.kills += 1;
     let forced = ledger.absorb(&lines, &context);
     let ready = lines.iter().any(|l| l == "READY");
@@ -671,17 +690,19 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
     let round = ledger.recoveries;
     ledger.recoveries += 1;
     ledger.snapshots += 4;
+    await_no_live_node(db);
     actix_rt::System::new().block_on(async {
         let runner = EchoRunner::new(EchoOptions::default());
-        let runtime = Runtime::builder()
+        let mut builder = Runtime::builder()
             .database(db)
             .runner(runner.clone())
             .arbiters(2)
             .max_resume_attempts(max)
-            .sweep_on_start(true)
-            .start()
-            .await
-            .expect("recovery boot starts");
+            .sweep_on_start(true);
+        if is_postgres(db) {
+            builder = builder.lease(CRASH_LEASE);
+        }
+        let runtime = builder.start().await.expect("recovery boot starts");
         let sessions = runtime.sessions();
         let orphans = before.claimed();
         let owed = before.owed();
@@ -1463,9 +1484,8 @@ enum Kill {
     AfterInterrupt(usize, Duration),
 }
 
-/// One chain of random kills on its own database file; returns its ledger.
-fn random_chain(test: &str, chain: usize, kills: usize, base: u64) -> Ledger {
-    let db = TestDb::new();
+/// One chain of random kills on its own database; returns its ledger.
+fn random_chain(test: &str, db: &TestDb, chain: usize, kills: usize, base: u64) -> Ledger {
     let mut ledger = Ledger::default();
     let max = 3;
     for k in 0..kills {
@@ -1543,11 +1563,11 @@ fn random_chain(test: &str, chain: usize, kills: usize, base: u64) -> Ledger {
     ledger
 }
 
-/// `DS_SOAK` (default 240) SIGKILLs of a seeded workload — steer and queue prompts, user
-/// interrupts, runner pauses, half of the boots with `synchronous = NORMAL` — at random instants,
-/// right after an acknowledgement or right after a user interrupt, in four chains on four
-/// database files at once; every kill is followed by the per-boot checks and every tenth by a
-/// full recovery.
+/// `DS_SOAK` (default 240 on SQLite, 80 on PostgreSQL) SIGKILLs of a seeded workload — steer
+/// and queue prompts, user interrupts, runner pauses, half of the boots with `synchronous =
+/// NORMAL` (SQLite) — at random instants, right after an acknowledgement or right after a user
+/// interrupt, in four chains on four databases at once; every kill is followed by the per-boot
+/// checks and every tenth by a full recovery.
 #[test]
 fn random_kills_under_a_seeded_workload() {
     const TEST: &str = "random_kills_under_a_seeded_workload";
@@ -1555,14 +1575,20 @@ fn random_kills_under_a_seeded_workload() {
     let total: usize = std::env::var("DS_SOAK")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(RANDOM_KILLS);
+        .unwrap_or(if common::on_postgres_now() {
+            PG_RANDOM_KILLS
+        } else {
+            RANDOM_KILLS
+        });
     let base = run_seed();
     eprintln!("{TEST}: {total} kills, base seed {base} (replay with DS_SEED={base})");
     let started = Instant::now();
     let chains: Vec<_> = (0..CHAINS)
         .map(|chain| {
             let kills = total / CHAINS + usize::from(chain < total % CHAINS);
-            thread::spawn(move || random_chain(TEST, chain, kills, base))
+            // Made on this thread: inside `on_postgres`, a fresh database of the suite's cluster.
+            let db = TestDb::new();
+            thread::spawn(move || random_chain(TEST, &db, chain, kills, base))
         })
         .collect();
     let mut totals = Ledger::default();
@@ -1617,6 +1643,64 @@ fn random_kills_under_a_seeded_workload() {
         totals.given_up,
         started.elapsed()
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL.
+
+/// The matrix above on PostgreSQL: each case runs again, every child and recovery boot a node
+/// with a 1 s lease ([`CRASH_LEASE`]), each scenario (and kill chain) on a fresh database of one
+/// throwaway cluster. Each kill waits for the killed node's connections to close and its lease
+/// to lapse before the next boot, whose start-up sweep then takes its turns over as a SQLite
+/// restart's does (a running node taking over a dead one is the multi-node suite's); so the
+/// random kills are 80 here (`DS_SOAK` overrides), not 240. The last test, on hand-made logs,
+/// touches no database and runs once.
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_backend_passes_the_crash_matrix() {
+    const CASES: &[common::Case] = &[
+        ("crash_before_claim", crash_before_claim),
+        ("crash_during_claim", crash_during_claim),
+        (
+            "crash_after_admission_before_wake",
+            crash_after_admission_before_wake,
+        ),
+        (
+            "crash_after_claim_before_drain",
+            crash_after_claim_before_drain,
+        ),
+        ("crash_mid_drain", crash_mid_drain),
+        (
+            "crash_after_drain_before_release",
+            crash_after_drain_before_release,
+        ),
+        ("crash_sweep_after_count", crash_sweep_after_count),
+        ("crash_during_admission", crash_during_admission),
+        ("crash_during_promotion", crash_during_promotion),
+        ("crash_after_a_user_interrupt", crash_after_a_user_interrupt),
+        (
+            "crash_after_interrupt_request",
+            crash_after_interrupt_request,
+        ),
+        (
+            "crash_after_interrupt_request_then_a_prompt",
+            crash_after_interrupt_request_then_a_prompt,
+        ),
+        (
+            "random_kills_under_a_seeded_workload",
+            random_kills_under_a_seeded_workload,
+        ),
+    ];
+    run_child_if_requested();
+    for point in durable_sessions::crash::ALL {
+        assert!(
+            CASES
+                .iter()
+                .any(|(name, _)| *name == format!("crash_{point}")),
+            "no case of the crash point {point}"
+        );
+    }
+    common::on_postgres("postgres_backend_passes_the_crash_matrix", CASES);
 }
 
 // ---------------------------------------------------------------------------------------------

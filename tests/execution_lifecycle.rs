@@ -248,6 +248,73 @@ async fn the_sweep_leaves_sessions_already_draining_in_this_process_untouched() 
     runtime.stop().await;
 }
 
+/// A sweep releases the claim of a child session only when no live turn holds it: the turn of
+/// a child running in this process keeps its claim until it ends (on PostgreSQL every node
+/// sweeps every quarter lease; before the fix each sweep released the claims of every running
+/// child turn, so a turn ended with no claim to settle against).
+#[actix_rt::test]
+async fn the_sweep_leaves_a_running_child_turn_claimed() {
+    let runner = ScriptedRunner::new();
+    let runtime = Harness::start(&runner).await;
+    let parent = create(&runtime, "parent", None).await;
+    let child = create(&runtime, "child", Some(&parent)).await;
+    let gate = Gate::new();
+    runner.push(&child, Script::Gate(gate.clone()));
+    let execution = runtime.execution();
+    let running = actix_rt::spawn({
+        let (execution, child) = (execution.clone(), child.clone());
+        async move { execution.resume(&child).await }
+    });
+    runner.wait_for_drains(1, WAIT).await;
+
+    let report = runtime.resume_suspended_sessions().await.unwrap();
+    assert_eq!(report.children_released, 0, "{report:?}");
+    assert!(testing::is_claimed(runtime.path(), &child).unwrap());
+    gate.release();
+    running.await.unwrap().unwrap();
+    assert!(!testing::is_claimed(runtime.path(), &child).unwrap());
+    runtime.stop().await;
+}
+
+/// `start` returns once every turn a crash left claimed is resumed (its notice committed) and
+/// registered, with the periodic takeover on too; five restarts in a row, each resuming the
+/// turns the previous one's shutdown kept. Regression (PostgreSQL): the node's loop started
+/// before the start-up sweep, and its first takeover (on the listener's first rescan) ran
+/// alongside it: when that one counted the turns first, the start-up sweep found them taken by
+/// this boot already and `start` returned before they were noticed or in `active()`.
+#[actix_rt::test]
+async fn start_returns_once_every_turn_a_crash_left_is_resumed() {
+    let runner = ScriptedRunner::new();
+    let mut runtime = Harness::start(&runner).await;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        let id = create(&runtime, &format!("s{i}"), None).await;
+        testing::seed_claim(runtime.path(), &id, 0).unwrap();
+        runner.set_default(&id, Script::Never);
+        ids.push(id);
+    }
+    for restart in 1..=5 {
+        runtime
+            .restart(&runner, |b| b.sweep_on_start(true).takeover(true))
+            .await;
+        let active: Vec<_> = runtime.execution().active().into_iter().collect();
+        assert_eq!(
+            active, ids,
+            "restart {restart}: turns not registered by start"
+        );
+        for id in &ids {
+            let notices = testing::events_of_kind(runtime.path(), id, kind::SYNTHETIC).unwrap();
+            assert_eq!(
+                notices.len(),
+                restart,
+                "{id}: notices when start {restart} returned"
+            );
+        }
+        runner.wait_for_drains(ids.len() * restart, WAIT).await;
+    }
+    runtime.stop().await;
+}
+
 /// The suite above, on PostgreSQL (one fresh database per runtime).
 #[cfg(feature = "postgres")]
 #[test]
@@ -287,6 +354,76 @@ fn postgres_backend_passes_the_execution_lifecycle_suite() {
                 "the_sweep_leaves_sessions_already_draining_in_this_process_untouched",
                 the_sweep_leaves_sessions_already_draining_in_this_process_untouched,
             ),
+            (
+                "the_sweep_leaves_a_running_child_turn_claimed",
+                the_sweep_leaves_a_running_child_turn_claimed,
+            ),
+            (
+                "start_returns_once_every_turn_a_crash_left_is_resumed",
+                start_returns_once_every_turn_a_crash_left_is_resumed,
+            ),
         ],
+    );
+}
+
+/// A sweep whose settling transaction failed after its count committed (the count names this
+/// boot in the claim, so no later listing of this process finds the turn) leaves the turn to
+/// the next sweep, which resumes it once — not claimed, with no actor, for as long as the
+/// process lives (on PostgreSQL, where every node sweeps every quarter lease, until the node
+/// died). The failure: another connection holds the session's `event_sequence` row past the
+/// writer's lock timeout (a lease).
+#[cfg(feature = "postgres")]
+fn the_next_sweep_settles_what_a_failed_sweep_counted() {
+    actix_rt::System::new().block_on(async {
+        let runner = ScriptedRunner::new();
+        let runtime = Harness::with(|b| b.lease(std::time::Duration::from_secs(1)))
+            .start(&runner)
+            .await;
+        let s = create(&runtime, "s", None).await;
+        testing::seed_claim(runtime.path(), &s, 0).unwrap();
+        let url = runtime.path().to_str().expect("a URL").to_owned();
+        let (locked, is_locked) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let mut client = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let mut tx = client.transaction().unwrap();
+            tx.execute(
+                "SELECT seq FROM event_sequence WHERE aggregate_id = 's' FOR UPDATE",
+                &[],
+            )
+            .unwrap();
+            locked.send(()).unwrap();
+            released.recv().unwrap();
+            tx.rollback().unwrap();
+        });
+        is_locked.recv().unwrap();
+        let failed = runtime.resume_suspended_sessions().await;
+        assert!(failed.is_err(), "the sweep did not fail: {failed:?}");
+        assert_eq!(testing::resume_attempts(runtime.path(), &s).unwrap(), 1);
+        release.send(()).unwrap();
+        holder.join().unwrap();
+
+        let report = runtime.resume_suspended_sessions().await.unwrap();
+        assert_eq!(report.resumed, vec![s.clone()], "{report:?}");
+        runtime.execution().await_idle(&s).await.unwrap();
+        let notices = testing::events_of_kind(runtime.path(), &s, kind::SYNTHETIC).unwrap();
+        assert_eq!(notices.len(), 1);
+        assert_eq!(runner.drains_of(&s).len(), 1);
+        assert!(!testing::is_claimed(runtime.path(), &s).unwrap());
+        runtime.stop().await;
+    });
+}
+
+/// [`the_next_sweep_settles_what_a_failed_sweep_counted`], on PostgreSQL only (its failure is
+/// a row lock).
+#[cfg(feature = "postgres")]
+#[test]
+fn postgres_backend_settles_what_a_failed_sweep_counted() {
+    common::on_postgres(
+        "postgres_backend_settles_what_a_failed_sweep_counted",
+        &[(
+            "the_next_sweep_settles_what_a_failed_sweep_counted",
+            the_next_sweep_settles_what_a_failed_sweep_counted,
+        )],
     );
 }

@@ -258,8 +258,10 @@ pub(crate) trait Store {
     ) -> Result<Vec<Admission>, StoreError>;
     /// Marks the `user` messages of `session` promoted after `claim` as interrupted.
     fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError>;
-    /// Releases every claimed child session; returns how many.
-    fn release_child_claims(&mut self) -> Result<usize, StoreError>;
+    /// Releases every claimed child session no live turn holds: claimed by a boot other than
+    /// `boot` (this process's turns are live) and, with several nodes, not owned by another live
+    /// node (whose turns are live too); returns how many.
+    fn release_child_claims(&mut self, boot: &str) -> Result<usize, StoreError>;
 
     // --- deletion and retention -----------------------------------------------------------
 

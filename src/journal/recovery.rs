@@ -44,12 +44,13 @@ pub(crate) enum Swept {
 }
 
 impl Journal {
-    /// Releases every claimed child session (children are never resumed on their own); returns
-    /// how many.
-    pub(crate) async fn release_child_claims(&self) -> Result<usize, StoreError> {
+    /// Releases every claimed child session (children are never resumed on their own) whose
+    /// claim no live turn holds: not one of `boot`, nor, with several nodes, of another live node;
+    /// returns how many.
+    pub(crate) async fn release_child_claims(&self, boot: String) -> Result<usize, StoreError> {
         self.inner
             .persistence
-            .write(|w| w.store().release_child_claims())
+            .write(move |w| w.store().release_child_claims(&boot))
             .await
     }
 
@@ -105,7 +106,7 @@ impl Journal {
                 let started = SessionEvent::ExecutionStarted { boot: boot.clone() };
                 let mut swept = Vec::with_capacity(chunk.len());
                 for unfinished in chunk.iter().cloned() {
-                    swept.extend(sweep_one(w, unfinished, max, &started)?);
+                    swept.extend(sweep_one(w, unfinished, max, &boot, &started)?);
                 }
                 Ok(swept)
             })
@@ -123,19 +124,21 @@ impl Journal {
 ///   (`session.execution.started`), so each orphan's pages are dirtied once.
 ///
 /// Nothing when there is nothing left to do: a turn of this process ended the claim, or served
-/// the owed prompt, since the session was listed.
+/// the owed prompt, since the session was listed; or the claim its count took for `boot` is no
+/// longer `boot`'s (with several nodes: another node took the turn over since, this node's
+/// lease having lapsed).
 fn sweep_one(
     w: &mut WriteCtx<'_>,
     orphan: Unfinished,
     max: u32,
+    boot: &str,
     started: &SessionEvent,
 ) -> Result<Vec<Swept>, StoreError> {
     let (id, attempts, inputs) = match orphan {
         Unfinished::Claimed(id, attempts) => {
-            let claimed = w
-                .store()
-                .claim_state(&id)?
-                .is_some_and(|c| c.time_suspended.is_some());
+            let claimed = w.store().claim_state(&id)?.is_some_and(|c| {
+                c.time_suspended.is_some() && c.claim_boot.as_deref() == Some(boot)
+            });
             if !claimed {
                 return Ok(Vec::new());
             }

@@ -5,6 +5,7 @@
 //! test runs the same test functions again on PostgreSQL.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 #[cfg(feature = "postgres")]
 use std::cell::RefCell;
@@ -80,5 +81,79 @@ pub fn on_postgres_now() -> bool {
     #[cfg(not(feature = "postgres"))]
     {
         false
+    }
+}
+
+/// Whether `db` names a PostgreSQL database (a URL) rather than a SQLite file.
+pub fn is_postgres(db: &Path) -> bool {
+    db.to_str().is_some_and(|d| d.starts_with("postgres"))
+}
+
+/// The lease of the nodes the crash suites start on PostgreSQL (the default is 10 s): a killed
+/// node's turns are taken over only once its lease lapsed.
+pub const CRASH_LEASE: Duration = Duration::from_secs(1);
+
+/// How long [`await_killed_node`] waits before failing.
+const NODE_WAIT: Duration = Duration::from_secs(20);
+
+/// After the process running the node named `node_name` on `db` was SIGKILLed, waits until the
+/// database is done with it, as a restart on SQLite finds the file: every connection of the
+/// node is gone (so whatever it had sent — a `COMMIT` the kill cut off from its answer — has
+/// committed or rolled back), and no node holds a live lease (so the next runtime's start-up
+/// sweep takes over the killed node's turns, as a SQLite restart's does; the takeover by a node
+/// already running is the multi-node suite's). Returns at once on SQLite.
+///
+/// # Panics
+/// When the node is still connected, or a lease still live, after 20 s.
+pub fn await_killed_node(db: &Path, node_name: &str) {
+    if !is_postgres(db) {
+        return;
+    }
+    let application = format!("durable-sessions {node_name}");
+    await_zero(db, "the killed node's connections to close", || {
+        super::rows(
+            db,
+            "SELECT COUNT(*) FROM pg_stat_activity \
+             WHERE datname = current_database() AND application_name = $1",
+            &[&application],
+        )[0][0]
+            .as_i64()
+            .expect("a count")
+    });
+    await_no_live_node(db);
+}
+
+/// Waits until no node holds a live lease on the PostgreSQL database `db` (by the database's
+/// clock); returns at once on SQLite, or before the first runtime created the schema.
+///
+/// # Panics
+/// After 20 s.
+pub fn await_no_live_node(db: &Path) {
+    if !is_postgres(db) {
+        return;
+    }
+    let has_nodes = "SELECT CAST(CAST(to_regclass('node') IS NOT NULL AS INTEGER) AS BIGINT)";
+    if super::count(db, has_nodes) == 0 {
+        return;
+    }
+    await_zero(db, "every node's lease to lapse", || {
+        super::count(db, "SELECT COUNT(*) FROM node WHERE lease_until > now()")
+    });
+}
+
+/// Polls `count` every 20 ms until it is zero.
+fn await_zero(db: &Path, what: &str, mut count: impl FnMut() -> i64) {
+    let deadline = Instant::now() + NODE_WAIT;
+    loop {
+        let n = count();
+        if n == 0 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{}: still {n} after {NODE_WAIT:?} waiting for {what}",
+            db.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

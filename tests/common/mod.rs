@@ -17,7 +17,10 @@ pub mod web;
 
 #[cfg(feature = "postgres")]
 pub use backend::on_postgres;
-pub use backend::{fresh_database, on_postgres_now, Case};
+pub use backend::{
+    await_killed_node, await_no_live_node, fresh_database, is_postgres, on_postgres_now, Case,
+    CRASH_LEASE,
+};
 
 pub use events::{next_commit, wait_for_event, wait_until_committed};
 pub use harness::{Harness, HarnessBuilder};
@@ -171,38 +174,90 @@ pub fn execute(db: &Path, sql: &str, params: &[&str]) {
 /// written `$1`, `$2`… in order of first use (SQLite binds them by position too).
 pub fn rows(db: &Path, sql: &str, params: &[&str]) -> Vec<Vec<Value>> {
     #[cfg(feature = "postgres")]
-    if let Some(url) = db.to_str().filter(|d| d.starts_with("postgres")) {
-        let (url, sql) = (url.to_owned(), sql.to_owned());
-        let params: Vec<String> = params.iter().map(|p| (*p).to_owned()).collect();
-        // The sync client cannot run on a thread inside a tokio runtime.
-        return std::thread::spawn(move || {
-            let mut client =
-                postgres::Client::connect(&url, postgres::NoTls).expect("connect to PostgreSQL");
-            let params: Vec<&(dyn postgres::types::ToSql + Sync)> = params
-                .iter()
-                .map(|p| p as &(dyn postgres::types::ToSql + Sync))
-                .collect();
-            client
-                .query(&sql, &params)
-                .expect("query")
-                .iter()
-                .map(|row| {
-                    (0..row.len())
-                        .map(|i| {
-                            if let Ok(text) = row.try_get::<_, Option<String>>(i) {
-                                return text.map_or(Value::Null, Value::String);
-                            }
-                            let int: Option<i64> = row.try_get(i).expect("text or bigint");
-                            int.map_or(Value::Null, Value::from)
-                        })
-                        .collect()
-                })
-                .collect()
-        })
-        .join()
-        .expect("the query thread");
+    if let Some(url) = postgres_url(db) {
+        return pg_read(url, false, &[(sql, params)]).remove(0);
     }
+    sqlite_rows(db, sql, params)
+}
+
+/// The rows of each query of `queries` (no parameters) on the PostgreSQL database `url`, all
+/// read in one `REPEATABLE READ` transaction: one snapshot, as a live runtime's commits between
+/// two of the queries are seen by neither.
+#[cfg(feature = "postgres")]
+pub fn pg_snapshot(url: &str, queries: &[&str]) -> Vec<Vec<Vec<Value>>> {
+    let queries: Vec<(&str, &[&str])> = queries.iter().map(|q| (*q, &[][..])).collect();
+    pg_read(url, true, &queries)
+}
+
+/// `db` as a PostgreSQL URL, when it is one.
+#[cfg(feature = "postgres")]
+fn postgres_url(db: &Path) -> Option<&str> {
+    db.to_str().filter(|d| d.starts_with("postgres"))
+}
+
+/// Runs `queries` on a connection of its own (in one `REPEATABLE READ` transaction when
+/// `one_snapshot`), each column as JSON (text or BIGINT).
+#[cfg(feature = "postgres")]
+fn pg_read(url: &str, one_snapshot: bool, queries: &[(&str, &[&str])]) -> Vec<Vec<Vec<Value>>> {
+    let url = url.to_owned();
+    let queries: Vec<(String, Vec<String>)> = queries
+        .iter()
+        .map(|(sql, params)| {
+            let params = params.iter().map(|p| (*p).to_owned()).collect();
+            ((*sql).to_owned(), params)
+        })
+        .collect();
+    // The sync client cannot run on a thread inside a tokio runtime.
+    std::thread::spawn(move || {
+        let mut client =
+            postgres::Client::connect(&url, postgres::NoTls).expect("connect to PostgreSQL");
+        if one_snapshot {
+            client
+                .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .expect("begin a snapshot");
+        }
+        let out = queries
+            .iter()
+            .map(|(sql, params)| {
+                let params: Vec<&(dyn postgres::types::ToSql + Sync)> = params
+                    .iter()
+                    .map(|p| p as &(dyn postgres::types::ToSql + Sync))
+                    .collect();
+                client
+                    .query(sql.as_str(), &params)
+                    .unwrap_or_else(|e| panic!("query {sql:?}: {e}"))
+                    .iter()
+                    .map(|row| {
+                        (0..row.len())
+                            .map(|i| {
+                                if let Ok(text) = row.try_get::<_, Option<String>>(i) {
+                                    return text.map_or(Value::Null, Value::String);
+                                }
+                                let int: Option<i64> = row.try_get(i).expect("text or bigint");
+                                int.map_or(Value::Null, Value::from)
+                            })
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect();
+        if one_snapshot {
+            client.batch_execute("COMMIT").expect("end the snapshot");
+        }
+        out
+    })
+    .join()
+    .expect("the query thread")
+}
+
+/// [`rows`] on a SQLite file.
+fn sqlite_rows(db: &Path, sql: &str, params: &[&str]) -> Vec<Vec<Value>> {
     let conn = rusqlite::Connection::open(db).expect("open db");
+    sqlite_query(&conn, sql, params)
+}
+
+/// The rows `sql` reads on `conn`, each column as JSON.
+fn sqlite_query(conn: &rusqlite::Connection, sql: &str, params: &[&str]) -> Vec<Vec<Value>> {
     let mut stmt = conn.prepare(sql).expect("prepare");
     let width = stmt.column_count();
     let mut rows = stmt

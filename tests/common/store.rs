@@ -1,5 +1,6 @@
-//! A consistent snapshot of a database file, read with plain rusqlite, and the store-wide
-//! invariants every reliability suite checks on it.
+//! A consistent snapshot of a database (a SQLite file read with plain rusqlite, a PostgreSQL
+//! database with the plain `postgres` client), and the store-wide invariants every reliability
+//! suite checks on it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -50,7 +51,7 @@ pub struct MessageRow {
     pub interrupted: bool,
 }
 
-/// A consistent snapshot of the whole database, read in one transaction with plain rusqlite.
+/// A consistent snapshot of the whole database, read in one transaction.
 #[derive(Debug, Clone, Default)]
 pub struct StoreView {
     pub sessions: BTreeMap<String, SessionRow>,
@@ -65,8 +66,10 @@ fn parse_json(text: &str) -> Value {
 }
 
 impl StoreView {
-    /// Reads the database at `path`; an empty view when the file does not exist yet.
+    /// Reads the database at `path` (a SQLite file, or a PostgreSQL URL); an empty view when
+    /// the file does not exist yet, or holds no schema.
     pub fn read(path: &Path) -> StoreView {
+        #[cfg(feature = "postgres")]
         if path.to_str().is_some_and(|p| p.starts_with("postgres")) {
             return Self::read_postgres(path);
         }
@@ -212,18 +215,37 @@ impl StoreView {
         view
     }
 
-    /// [`StoreView::read`] of a PostgreSQL database (`path` is its URL), through
-    /// [`super::rows`]: the same tables and columns, booleans read as integers.
+    /// [`StoreView::read`] of a PostgreSQL database (`path` is its URL), in one snapshot
+    /// ([`super::pg_snapshot`]): the same tables and columns, booleans read as integers; an
+    /// empty view before the first runtime created the schema.
+    #[cfg(feature = "postgres")]
     fn read_postgres(db: &Path) -> StoreView {
         let mut view = StoreView::default();
+        let url = db.to_str().expect("a URL");
+        let has_schema =
+            "SELECT CAST(CAST(to_regclass('session') IS NOT NULL AS INTEGER) AS BIGINT)";
+        if super::count(db, has_schema) == 0 {
+            return view;
+        }
         let text = |v: &Value| v.as_str().map(str::to_owned);
         let int = |v: &Value| v.as_i64();
-        for r in super::rows(
-            db,
-            "SELECT id, parent_id, time_suspended, resume_attempts, claim_boot, claim_seq \
-             FROM session",
-            &[],
-        ) {
+        let [sessions, events, sequences, inputs, messages]: [Vec<Vec<Value>>; 5] =
+            super::pg_snapshot(
+                url,
+                &[
+                    "SELECT id, parent_id, time_suspended, resume_attempts, claim_boot, claim_seq \
+                     FROM session",
+                    "SELECT aggregate_id, seq, type, data FROM event ORDER BY aggregate_id, seq",
+                    "SELECT aggregate_id, seq FROM event_sequence",
+                    "SELECT id, session_id, admitted_seq, promoted_seq, prompt, delivery, \
+                     CAST(CAST(wake AS INTEGER) AS BIGINT) FROM session_input",
+                    "SELECT id, session_id, type, seq, data, \
+                     CAST(CAST(interrupted AS INTEGER) AS BIGINT) FROM session_message",
+                ],
+            )
+            .try_into()
+            .expect("five result sets");
+        for r in sessions {
             view.sessions.insert(
                 text(&r[0]).expect("id"),
                 SessionRow {
@@ -235,11 +257,7 @@ impl StoreView {
                 },
             );
         }
-        for r in super::rows(
-            db,
-            "SELECT aggregate_id, seq, type, data FROM event ORDER BY aggregate_id, seq",
-            &[],
-        ) {
+        for r in events {
             view.events
                 .entry(text(&r[0]).expect("id"))
                 .or_default()
@@ -249,16 +267,11 @@ impl StoreView {
                     data: parse_json(&text(&r[3]).expect("data")),
                 });
         }
-        for r in super::rows(db, "SELECT aggregate_id, seq FROM event_sequence", &[]) {
+        for r in sequences {
             view.sequences
                 .insert(text(&r[0]).expect("id"), int(&r[1]).expect("seq") as u64);
         }
-        for r in super::rows(
-            db,
-            "SELECT id, session_id, admitted_seq, promoted_seq, prompt, delivery, \
-             CAST(CAST(wake AS INTEGER) AS BIGINT) FROM session_input",
-            &[],
-        ) {
+        for r in inputs {
             view.inputs.insert(
                 text(&r[0]).expect("id"),
                 InputRow {
@@ -271,12 +284,7 @@ impl StoreView {
                 },
             );
         }
-        for r in super::rows(
-            db,
-            "SELECT id, session_id, type, seq, data, \
-             CAST(CAST(interrupted AS INTEGER) AS BIGINT) FROM session_message",
-            &[],
-        ) {
+        for r in messages {
             view.messages.insert(
                 text(&r[0]).expect("id"),
                 MessageRow {

@@ -116,12 +116,20 @@ pub(crate) fn list_claimed(
     ids(rows)
 }
 
-/// Releases every claimed child session; returns how many.
-pub(crate) fn release_child_claims(conn: &mut PgConn) -> Result<usize, StoreError> {
+/// Releases every claimed child session no live turn holds: claimed by a boot other than
+/// `boot` and not owned by another live node (every node sweeps every quarter lease: the
+/// running child turns of this node and of the others keep their claims); returns how many.
+pub(crate) fn release_child_claims(conn: &mut PgConn, boot: &str) -> Result<usize, StoreError> {
+    let me = conn.node_arc();
     let n = conn.execute(
-        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
-         claim_seq = NULL WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL",
-        &[],
+        concat!(
+            "UPDATE session AS s SET time_suspended = NULL, resume_attempts = 0, \
+             claim_boot = NULL, claim_seq = NULL \
+             WHERE s.time_suspended IS NOT NULL AND s.parent_id IS NOT NULL \
+               AND (s.claim_boot IS NULL OR s.claim_boot <> $1) AND ",
+            not_held_elsewhere!("$2")
+        ),
+        &[&boot, &&*me],
     )?;
     Ok(usize::try_from(n).unwrap_or(usize::MAX))
 }

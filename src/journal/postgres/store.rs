@@ -219,8 +219,8 @@ impl Store for PgConn {
         claim::mark_interrupted(self, session, claim)
     }
 
-    fn release_child_claims(&mut self) -> Result<usize, StoreError> {
-        claim::release_child_claims(self)
+    fn release_child_claims(&mut self, boot: &str) -> Result<usize, StoreError> {
+        claim::release_child_claims(self, boot)
     }
 
     fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {

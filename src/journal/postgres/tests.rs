@@ -259,7 +259,7 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
     log("resume next", outcome(store.count_resume(&s, "b3")));
     log("adoption claimed", outcome(store.count_adoption(&s)));
     log("adoption free", outcome(store.count_adoption(&t)));
-    log("children", outcome(store.release_child_claims()));
+    log("children", outcome(store.release_child_claims("b9")));
     log(
         "interrupted",
         outcome(store.publish(

@@ -342,6 +342,35 @@ fn survivors_share_a_dead_nodes_sessions_without_double_counting() -> Result<(),
     Ok(())
 }
 
+/// A sweep releases only the child claims no live turn holds: neither its own boot's nor those
+/// of a live node that owns the child (every node sweeps every quarter lease); a dead node's are
+/// released.
+#[test]
+fn release_child_claims_spares_live_nodes_turns() -> Result<(), StoreError> {
+    let Some(db) = pg_db("children") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    create(&mut a, "parent")?;
+    a.create_session(&info("child", Some("parent"), 1))?;
+    a.acquire(&sid("child"))?;
+    a.publish(
+        &sid("child"),
+        kind::EXECUTION_STARTED,
+        &json!({"boot": "a"}),
+        5,
+    )?;
+    assert_eq!(a.release_child_claims("a")?, 0, "its own running turn");
+    assert_eq!(b.release_child_claims("b")?, 0, "a is alive");
+    lapse(&mut a, "a")?;
+    assert_eq!(b.release_child_claims("b")?, 1, "a is dead");
+    assert!(a
+        .claim_state(&sid("child"))?
+        .is_some_and(|c| c.time_suspended.is_none()));
+    Ok(())
+}
+
 /// An error inside a request's savepoint leaves the batch usable after `ROLLBACK TO` (and drops
 /// that request's events from the notification); outside a savepoint it aborts the
 /// transaction, which then cannot commit.

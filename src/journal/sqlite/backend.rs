@@ -261,8 +261,8 @@ impl Store for Connection {
         sqlite::mark_interrupted(self, session, claim)
     }
 
-    fn release_child_claims(&mut self) -> Result<usize, StoreError> {
-        sqlite::release_child_claims(self)
+    fn release_child_claims(&mut self, boot: &str) -> Result<usize, StoreError> {
+        sqlite::release_child_claims(self, boot)
     }
 
     fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {

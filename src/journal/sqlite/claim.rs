@@ -85,14 +85,16 @@ pub(crate) fn list_claimed(
     ids.into_iter().map(session_id).collect()
 }
 
-/// Releases every claimed child session (children are never resumed on their own). Returns how
-/// many claims were released.
-pub(crate) fn release_child_claims(conn: &Connection) -> Result<usize, StoreError> {
+/// Releases every child session claimed by a boot other than `boot` (children are never
+/// resumed on their own; a claim of `boot` is a child turn running in this process). Returns
+/// how many claims were released.
+pub(crate) fn release_child_claims(conn: &Connection, boot: &str) -> Result<usize, StoreError> {
     let mut stmt = conn.prepare_cached(
         "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
-         claim_seq = NULL WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL",
+         claim_seq = NULL WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL \
+         AND (claim_boot IS NULL OR claim_boot <> ?1)",
     )?;
-    Ok(stmt.execute([])?)
+    Ok(stmt.execute([boot])?)
 }
 
 /// How many sessions hold a claim, and `now` minus the oldest claim's time.
@@ -261,12 +263,17 @@ mod tests {
         claim(conn, &sid("busy-child"), 10, 1, "b")?;
         count_resume(conn, &sid("busy-child"), "b2")?;
 
-        assert_eq!(release_child_claims(conn)?, 1);
+        assert_eq!(
+            release_child_claims(conn, "b2")?,
+            0,
+            "its own boot's claim is a live turn"
+        );
+        assert_eq!(release_child_claims(conn, "b3")?, 1);
         let child = claim_state(conn, &sid("busy-child"))?.expect("stored");
         assert_eq!((child.time_suspended, child.resume_attempts), (None, 0));
         let parent = claim_state(conn, &sid("parent"))?.expect("stored");
         assert_eq!(parent.time_suspended, Some(10));
-        assert_eq!(release_child_claims(conn)?, 0);
+        assert_eq!(release_child_claims(conn, "b3")?, 0);
         Ok(())
     }
 }
