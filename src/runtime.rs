@@ -198,14 +198,15 @@ impl RuntimeBuilder {
             arbiters.iter().map(Arbiter::handle).collect(),
         ));
         let config = Arc::new(config);
+        // The streams' routes, shared by every `Sessions` handle and every drain of this runtime.
+        let fanout = Arc::new(Fanout::default());
         let env = Arc::new(Environment {
             journal: journal.clone(),
             runner,
             boot,
             idle_timeout: config.idle_timeout,
             host: registry.clone(),
-            // The streams' routes: `Sessions` handles of this runtime find the same one.
-            live: Fanout::of(&config),
+            live: fanout.clone(),
         });
         let supervisor = Supervisor::new(
             registry.clone(),
@@ -224,6 +225,7 @@ impl RuntimeBuilder {
                 registry,
                 env,
                 config,
+                fanout,
                 owner: Mutex::new(owner),
                 supervisor,
                 arbiters,
@@ -269,6 +271,8 @@ struct Inner {
     env: Arc<Environment>,
     /// The configuration the runtime was started with.
     config: Arc<RuntimeConfig>,
+    /// Routes committed and live-only events to each session's open streams.
+    fanout: Arc<Fanout>,
     /// The lock on `<database>.lock` that makes this runtime the database's only owner. Taken
     /// before the database was opened; `shutdown` takes it out and releases it once the writer
     /// stopped (otherwise it goes when the last handle is dropped, or with the process).
@@ -314,6 +318,7 @@ impl Runtime {
             self.inner.journal.clone(),
             self.execution(),
             self.inner.config.clone(),
+            self.inner.fanout.clone(),
         )
     }
 

@@ -138,8 +138,12 @@ pub(crate) fn rfc3339(ms: i64) -> String {
 }
 
 impl Sessions {
-    pub(crate) fn new(journal: Journal, execution: Execution, config: Arc<RuntimeConfig>) -> Self {
-        let fanout = Fanout::of(&config);
+    pub(crate) fn new(
+        journal: Journal,
+        execution: Execution,
+        config: Arc<RuntimeConfig>,
+        fanout: Arc<Fanout>,
+    ) -> Self {
         Self {
             journal,
             execution,

@@ -21,14 +21,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{broadcast, mpsc};
 
 use super::Sessions;
-use crate::config::RuntimeConfig;
 use crate::event::{EventRecord, LiveEvent};
 use crate::id::SessionId;
 use crate::turn::LiveSink;
@@ -174,27 +173,7 @@ impl std::fmt::Debug for Fanout {
     }
 }
 
-/// The fan-out of every runtime of this process, by the identity of its configuration (every
-/// handle of a runtime shares one `Arc<RuntimeConfig>`; the weak reference keeps its address from
-/// being reused while the entry exists).
-static FANOUTS: Mutex<Vec<(Weak<RuntimeConfig>, Arc<Fanout>)>> = Mutex::new(Vec::new());
-
 impl Fanout {
-    /// The fan-out of the runtime `config` belongs to (created with its first handle).
-    pub(crate) fn of(config: &Arc<RuntimeConfig>) -> Arc<Fanout> {
-        let mut all = FANOUTS.lock().unwrap_or_else(|e| e.into_inner());
-        all.retain(|(runtime, _)| runtime.strong_count() > 0);
-        if let Some((_, fanout)) = all
-            .iter()
-            .find(|(runtime, _)| std::ptr::eq(runtime.as_ptr(), Arc::as_ptr(config)))
-        {
-            return fanout.clone();
-        }
-        let fanout = Arc::new(Fanout::default());
-        all.push((Arc::downgrade(config), fanout.clone()));
-        fanout
-    }
-
     /// Subscribes to the events of `session` committed from now on, and (with `live`) to its
     /// live-only events published from now on. The dispatcher is subscribed to the bus before
     /// the route exists, so every event committed after this call is delivered (or the stream
