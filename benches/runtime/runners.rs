@@ -42,10 +42,12 @@ impl Runner for Stamp {
     }
 }
 
-/// An empty drain that counts its starts and notes when the `target`-th one started.
+/// An empty drain that counts its starts and notes when the `target`-th one started; with
+/// [`Counting::holding`], a drain that never ends (a turn blocked in its drain).
 #[derive(Debug, Clone)]
 pub struct Counting {
     state: Arc<CountState>,
+    hold: bool,
 }
 
 #[derive(Debug)]
@@ -66,6 +68,15 @@ impl Counting {
                 reached_at: Mutex::new(None),
                 reached: Notify::new(),
             }),
+            hold: false,
+        }
+    }
+
+    /// Counts towards `target` drain starts; every drain stays pending until cancelled.
+    pub fn holding(target: usize) -> Self {
+        Self {
+            hold: true,
+            ..Self::new(target)
         }
     }
 
@@ -101,6 +112,9 @@ impl Runner for Counting {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(now);
             self.state.reached.notify_waiters();
+        }
+        if self.hold {
+            return futures::future::pending().boxed_local();
         }
         async { Ok(()) }.boxed_local()
     }
