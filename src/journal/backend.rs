@@ -266,6 +266,45 @@ pub(crate) trait Store {
     /// it, which this call notifies in the current transaction. Single-node engines: `Local`.
     fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError>;
 
+    // --- a turn's two writes (each one request of the writer) ------------------------------
+
+    /// Claims a turn of `session` for boot `boot`: [`Store::check_fence`], then appends
+    /// `session.execution.started` (whose projection takes the claim) and returns it. An engine
+    /// where each statement is a round trip may do all of it in one.
+    fn claim_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        boot: &str,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        self.check_fence(session, epoch)?;
+        let boot = boot.to_owned();
+        self.append(session, &SessionEvent::ExecutionStarted { boot }, now)
+    }
+
+    /// Records the terminal `event` of a turn of `session`: [`Store::check_fence`], then, for
+    /// a terminal that releases the claim, [`Store::settle`] (decided while the claim is
+    /// held), then appends `event` (whose projection releases the claim). Returns what `settle`
+    /// decided and the event. An engine where each statement is a round trip may do the common
+    /// case in one.
+    fn settle_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<(Option<u64>, EventRecord), StoreError> {
+        self.check_fence(session, epoch)?;
+        let next = if event.releases_claim() {
+            self.settle(session)?
+        } else {
+            None
+        };
+        let record = self.append(session, event, now)?;
+        Ok((next, record))
+    }
+
     /// The SQLite connection under this store, for the writer's unit tests (which write raw
     /// rows); `None` for another engine.
     #[cfg(test)]

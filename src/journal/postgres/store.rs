@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::conn::PgConn;
-use super::{claim, event, input, message, ownership, session};
+use super::{claim, event, input, message, ownership, session, turn};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
@@ -225,5 +225,25 @@ impl Store for PgConn {
 
     fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError> {
         ownership::route(self, session, nudge)
+    }
+
+    fn claim_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        boot: &str,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        turn::claim_turn(self, session, epoch, boot, now)
+    }
+
+    fn settle_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<(Option<u64>, EventRecord), StoreError> {
+        turn::settle_turn(self, session, epoch, event, now)
     }
 }
