@@ -7,7 +7,7 @@
 //!   opened. Appending an event assigns its per-session seq and runs its projection into the
 //!   tables, in the same transaction.
 //! - [`WriterConnection`]: the one connection the writer thread group-commits on: begin,
-//!   savepoints, commit, rollback.
+//!   savepoints, commit, rollback, and whether batches run without savepoints first.
 //! - [`Readers`]: the pool that reads run on, off the writer.
 //!
 //! Several nodes may share one database (PostgreSQL): then a session is owned by at most one
@@ -330,6 +330,13 @@ pub(crate) trait WriterConnection: Send {
     /// Whether a transaction is open: an engine may roll a whole transaction back on its own
     /// (SQLite does on a full disk or an I/O error), and the batch must then fail as a whole.
     fn in_transaction(&mut self) -> bool;
+    /// Whether a batch first runs without per-request savepoints, all or nothing: committed as
+    /// is when every request succeeds; rolled back and run again with a savepoint per request
+    /// when one fails. Worth it where a savepoint costs a round trip (PostgreSQL); default
+    /// false (SQLite's savepoints are in-process calls).
+    fn optimistic_batches(&self) -> bool {
+        false
+    }
     /// The statements, on this connection.
     fn store(&mut self) -> &mut dyn Store;
     /// Gives unused cache memory back (outside a transaction).

@@ -1,9 +1,16 @@
 //! A turn's writes on PostgreSQL: the schema functions behind `Store::claim_turn` and
-//! `Store::settle_turn` are fenced like `check_fence` and write nothing when fenced.
+//! `Store::settle_turn` are fenced like `check_fence` and write nothing when fenced, and a
+//! batch the writer runs without savepoints keeps a failing request's failure its own.
+
+use std::time::Duration;
+
+use futures::future::join_all;
 
 use super::tests::{pg_conn, pg_db};
+use super::tests_journal::journal;
 use crate::error::StoreError;
 use crate::event::{kind, SessionEvent};
+use crate::id::SessionId;
 use crate::journal::backend::{Ownership, Store};
 use crate::journal::sqlite::test_support::{info, sid};
 
@@ -65,5 +72,48 @@ fn turn_functions_are_fenced_and_write_nothing_when_fenced() -> Result<(), Store
         a.settle_turn(&s, 1, &started, 6),
         Err(StoreError::Inconsistent(_))
     ));
+    Ok(())
+}
+
+/// The writer runs a batch without savepoints first; when one request fails (here a claim with
+/// a stale epoch), the batch is rolled back and run again with a savepoint per request: every
+/// other request commits, the failing one gets its own error.
+#[actix_rt::test]
+async fn a_failing_request_fails_alone_in_a_batch() -> Result<(), StoreError> {
+    let Some(db) = pg_db("turn_batch") else {
+        return Ok(());
+    };
+    let (a, _node, _signals) = journal(&db, "a");
+    let ids: Vec<SessionId> = (0..20).map(|i| sid(&format!("s{i}"))).collect();
+    for id in &ids {
+        a.create_session(info(id.as_str(), None, 1)).await?;
+        a.load_session(id.clone()).await?;
+    }
+    let before = a.stats();
+    // Holds the writer while the claims queue up behind it, so they commit as one batch.
+    let hold = a.inner.persistence.write(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(())
+    });
+    let claims = join_all(ids.iter().enumerate().map(|(i, id)| {
+        let epoch = if i == 7 { 2 } else { 1 };
+        a.claim_turn(id.clone(), "boot".into(), epoch)
+    }));
+    let (held, results) = futures::join!(hold, claims);
+    held?;
+    for (i, result) in results.into_iter().enumerate() {
+        if i == 7 {
+            assert!(is_fenced(result, 2), "claim {i}");
+        } else {
+            assert!(result.is_ok(), "claim {i}: {result:?}");
+        }
+    }
+    let after = a.stats();
+    assert!(after.largest_batch >= 19, "{after:?}");
+    assert_eq!(after.failed_requests - before.failed_requests, 1);
+    for (i, id) in ids.iter().enumerate() {
+        let log = a.events_after(id.clone(), None, 10).await?;
+        assert_eq!(log.len(), if i == 7 { 1 } else { 2 }, "{id}: {log:?}");
+    }
     Ok(())
 }
