@@ -122,9 +122,12 @@ pub fn owner_child(args: &Value) -> BenchResult<Value> {
 /// trip that writes nothing (a prepared `SELECT 1`).
 #[derive(Debug)]
 pub struct RawPg {
-    requests: Option<mpsc::Sender<(Raw, oneshot::Sender<Result<f64, String>>)>>,
+    requests: Option<mpsc::Sender<RawRequest>>,
     thread: Option<JoinHandle<()>>,
 }
+
+/// One timing asked of [`RawPg`]'s thread, and where the µs (or the error) go.
+type RawRequest = (Raw, oneshot::Sender<Result<f64, String>>);
 
 /// What [`RawPg`] times.
 #[derive(Debug, Clone, Copy)]
@@ -141,7 +144,7 @@ impl RawPg {
     /// Connects to `url` and creates the table `raw_commit`.
     pub fn open(url: &str) -> BenchResult<Self> {
         let url = url.to_owned();
-        let (requests, inbox) = mpsc::channel::<(Raw, oneshot::Sender<Result<f64, String>>)>();
+        let (requests, inbox) = mpsc::channel::<RawRequest>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let thread = std::thread::spawn(move || {
             let setup = (|| {
