@@ -55,6 +55,7 @@ struct CountState {
     started: AtomicUsize,
     target: usize,
     reached_at: Mutex<Option<Instant>>,
+    first_at: Mutex<Option<Instant>>,
     reached: Notify,
 }
 
@@ -66,6 +67,7 @@ impl Counting {
                 started: AtomicUsize::new(0),
                 target,
                 reached_at: Mutex::new(None),
+                first_at: Mutex::new(None),
                 reached: Notify::new(),
             }),
             hold: false,
@@ -78,6 +80,15 @@ impl Counting {
             hold: true,
             ..Self::new(target)
         }
+    }
+
+    /// When the first drain started, if one did.
+    pub fn first(&self) -> Option<Instant> {
+        *self
+            .state
+            .first_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Drains started so far.
@@ -105,7 +116,15 @@ impl Counting {
 impl Runner for Counting {
     fn drain(&self, _turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
         let now = Instant::now();
-        if self.state.started.fetch_add(1, Ordering::AcqRel) + 1 == self.state.target {
+        let before = self.state.started.fetch_add(1, Ordering::AcqRel);
+        if before == 0 {
+            *self
+                .state
+                .first_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(now);
+        }
+        if before + 1 == self.state.target {
             *self
                 .state
                 .reached_at

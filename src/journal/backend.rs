@@ -98,6 +98,15 @@ pub(crate) enum Signal {
     LeaseLost,
 }
 
+/// What the restart sweep reads of a claimed turn ([`Store::claimed_turn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimedTurn {
+    /// The seq of the event that took the claim.
+    pub(crate) claim: Option<u64>,
+    /// The seq of the session's latest interrupt request.
+    pub(crate) fence: Option<u64>,
+}
+
 /// The statements of the store, on one connection, inside the caller's transaction.
 ///
 /// A method never opens or ends a transaction: the writer decides the boundary (a savepoint per
@@ -235,6 +244,35 @@ pub(crate) trait Store {
     fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError>;
     /// Counts one attempt of an unclaimed session owed a turn; `None` when it is claimed.
     fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError>;
+    /// [`Store::count_resume`] of each of `ids`, in their order: those counted, with their
+    /// attempts. An engine where each statement is a round trip may count them all in one.
+    fn count_resumes(
+        &mut self,
+        ids: &[SessionId],
+        boot: &str,
+    ) -> Result<Vec<(SessionId, u32)>, StoreError> {
+        let mut counted = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(attempts) = self.count_resume(id, boot)? {
+                counted.push((id.clone(), attempts));
+            }
+        }
+        Ok(counted)
+    }
+    /// What the sweep reads of a claimed turn: `None` when `id` holds no claim (or is gone);
+    /// else the seq that took the claim ([`Store::claim_seq`]) and the latest interrupt request
+    /// ([`Store::latest_interrupt_seq`]). An engine may read them in one statement.
+    fn claimed_turn(&mut self, id: &SessionId) -> Result<Option<ClaimedTurn>, StoreError> {
+        let claimed = self
+            .claim_state(id)?
+            .is_some_and(|c| c.time_suspended.is_some());
+        if !claimed {
+            return Ok(None);
+        }
+        let fence = self.latest_interrupt_seq(id)?;
+        let claim = self.claim_seq(id)?;
+        Ok(Some(ClaimedTurn { claim, fence }))
+    }
     /// The inputs the turn claimed at `claim` promoted and had not finished, less those a
     /// user interrupt request at `fence` stopped.
     fn served_inputs(

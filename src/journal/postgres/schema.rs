@@ -121,9 +121,10 @@ CREATE INDEX session_message_type ON session_message(session_id, type, seq);
 /// the session's row lock, the append, its projection). A fenced call writes nothing.
 const V2: &str = r#"
 -- The claim of a turn: the fence check (the session's row locked FOR NO KEY UPDATE until
--- COMMIT, as `check_fence`), the append of its `session.execution.started` event (p_type,
--- through `ds_append`) and its projection (the claim, as the store's `claim`). Returns the
--- event's seq, or NULL when this node does not own the session at p_epoch (nothing written).
+-- COMMIT, as `check_fence`; none when p_epoch is NULL, for the restart sweep's claims), the
+-- append of its `session.execution.started` event (p_type, through `ds_append`) and its
+-- projection (the claim, as the store's `claim`). Returns the event's seq, or NULL when this
+-- node does not own the session at p_epoch (nothing written).
 CREATE FUNCTION ds_claim_turn(p_session TEXT, p_node TEXT, p_epoch BIGINT, p_type TEXT,
                               p_data TEXT, p_time BIGINT, p_boot TEXT) RETURNS BIGINT
 LANGUAGE plpgsql VOLATILE AS $fn$
@@ -132,10 +133,12 @@ DECLARE
     v_epoch BIGINT;
     v_seq   BIGINT;
 BEGIN
-    SELECT s.owner_node, s.owner_epoch INTO v_owner, v_epoch
-        FROM session s WHERE s.id = p_session FOR NO KEY UPDATE;
-    IF NOT FOUND OR v_owner IS DISTINCT FROM p_node OR v_epoch <> p_epoch THEN
-        RETURN NULL;
+    IF p_epoch IS NOT NULL THEN
+        SELECT s.owner_node, s.owner_epoch INTO v_owner, v_epoch
+            FROM session s WHERE s.id = p_session FOR NO KEY UPDATE;
+        IF NOT FOUND OR v_owner IS DISTINCT FROM p_node OR v_epoch <> p_epoch THEN
+            RETURN NULL;
+        END IF;
     END IF;
     v_seq := ds_append(p_session, p_type, p_data, p_time, p_node);
     UPDATE session s SET time_suspended = COALESCE(s.time_suspended, p_time),

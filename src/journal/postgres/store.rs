@@ -7,7 +7,7 @@ use super::{claim, event, input, message, ownership, session, turn};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{Nudge, Ownership, Route, Store};
+use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };
@@ -192,6 +192,18 @@ impl Store for PgConn {
 
     fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError> {
         claim::count_adoption(self, id)
+    }
+
+    fn count_resumes(
+        &mut self,
+        ids: &[SessionId],
+        boot: &str,
+    ) -> Result<Vec<(SessionId, u32)>, StoreError> {
+        claim::count_resumes(self, ids, boot)
+    }
+
+    fn claimed_turn(&mut self, id: &SessionId) -> Result<Option<ClaimedTurn>, StoreError> {
+        claim::claimed_turn(self, id)
     }
 
     fn served_inputs(

@@ -342,8 +342,9 @@ fn epoch_of(store: &mut dyn Store, session: &SessionId) -> u64 {
 
 /// A turn's two writes (`claim_turn`, `settle_turn`: one schema function call each on
 /// PostgreSQL, the statements one by one on SQLite) on sessions `u` and `v` of [`scenario`]:
-/// a second claim, every kind of terminal, and a settlement with pending inputs (the
-/// function's slow path); the outcome of each, and the rows they leave.
+/// a second claim, every kind of terminal, a settlement with pending inputs (the function's
+/// slow path), the sweep's unfenced claim and its reads and counts (one statement each on
+/// PostgreSQL); the outcome of each, and the rows they leave.
 fn turn_scenario(store: &mut dyn Store) -> Vec<String> {
     let (u, v) = (sid("u"), sid("v"));
     let mut out = Vec::new();
@@ -377,6 +378,29 @@ fn turn_scenario(store: &mut dyn Store) -> Vec<String> {
         outcome(store.settle_turn(&u, e, &shutdown, 98)),
     );
     log("shutdown u state", outcome(store.claim_state(&u)));
+    // The restart sweep's claim: a plain append of `session.execution.started`.
+    let resumed = SessionEvent::ExecutionStarted { boot: "b9".into() };
+    log("sweep claim u", outcome(store.append(&u, &resumed, 99)));
+    log("sweep claim u state", outcome(store.claim_state(&u)));
+    log("sweep claim u seq", outcome(store.claim_seq(&u)));
+    log("claimed turn u", outcome(store.claimed_turn(&u)));
+    log(
+        "interrupt request u",
+        outcome(store.publish(
+            &u,
+            kind::INTERRUPT_REQUESTED,
+            &json!({"sessionID": "u"}),
+            99,
+        )),
+    );
+    log("claimed turn u fenced", outcome(store.claimed_turn(&u)));
+    let ids = [u.clone(), v.clone(), sid("ghost"), u.clone()];
+    log("count resumes", outcome(store.count_resumes(&ids, "b10")));
+    log(
+        "count resumes again",
+        outcome(store.count_resumes(&ids, "b10")),
+    );
+    log("count resumes state", outcome(store.claim_state(&u)));
 
     let e = epoch_of(store, &v);
     for (id, delivery, time) in [("vs1", Delivery::Steer, 100), ("vq1", Delivery::Queue, 101)] {
@@ -398,6 +422,7 @@ fn turn_scenario(store: &mut dyn Store) -> Vec<String> {
     log("abort v", outcome(store.settle_turn(&v, e, &aborted, 106)));
     log("abort v owes", outcome(store.owes_turn(&v)));
     log("abort v pending", outcome(store.pending_inputs(&v)));
+    log("claimed turn v", outcome(store.claimed_turn(&v)));
     log("events u", outcome(store.events_after(&u, Some(0), 100)));
     log("events v", outcome(store.events_after(&v, Some(0), 100)));
     out
@@ -434,6 +459,15 @@ fn postgres_store_gives_the_same_results_as_sqlite() -> Result<(), StoreError> {
     );
     assert!(line("interrupt u context:").is_some_and(|l| l.contains("interrupted: true")));
     assert!(line("shutdown u state:").is_some_and(|l| l.contains("time_suspended: Some(97)")));
+    let counted = "count resumes: [(\"u\", 1)]";
+    assert_eq!(
+        line("count resumes:").as_deref(),
+        Some(counted),
+        "{turns:#?}"
+    );
+    let again = "count resumes again: []";
+    assert_eq!(line("count resumes again:").as_deref(), Some(again));
+    assert!(line("claimed turn u fenced:").is_some_and(|l| l.contains("fence: Some(")));
     assert!(!turns.iter().any(|l| l.contains("Err(")), "{turns:#?}");
     sqlite.extend(turns);
     postgres.extend(turn_scenario(&mut pg));

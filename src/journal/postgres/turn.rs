@@ -3,7 +3,9 @@
 //! do statement by statement on another engine — the fence check under the session's row
 //! lock, the append through `ds_append`, its projection. On the writer's connection every
 //! statement is a round trip: the claim's three statements (fence, append, claim) and the
-//! terminal's four (fence, settle probe, append, release) became one each.
+//! terminal's four (fence, settle probe, append, release) became one each. The restart sweep's
+//! claim (a `session.execution.started` appended without a fence) uses the claim's function
+//! too.
 //!
 //! The terminal's function covers the common case only: when the session holds a pending input
 //! it writes nothing and says so, and the settlement (which queued prompt is owed the next
@@ -24,6 +26,19 @@ pub(crate) fn claim_turn(
     boot: &str,
     now: i64,
 ) -> Result<EventRecord, StoreError> {
+    started(conn, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
+}
+
+/// Appends `session.execution.started` of boot `boot` and takes the claim, in one round trip:
+/// after the fence check when `epoch` is given (`None`: fenced, nothing written), without one
+/// otherwise (an append like any other, e.g. the restart sweep's claim).
+pub(crate) fn started(
+    conn: &mut PgConn,
+    session: &SessionId,
+    epoch: Option<u64>,
+    boot: &str,
+    now: i64,
+) -> Result<Option<EventRecord>, StoreError> {
     let started = SessionEvent::ExecutionStarted {
         boot: boot.to_owned(),
     };
@@ -36,7 +51,7 @@ pub(crate) fn claim_turn(
         &[
             &session.as_str(),
             &&*node,
-            &seq_param(epoch),
+            &epoch.map(seq_param),
             &kind,
             &text,
             &now,
@@ -44,9 +59,16 @@ pub(crate) fn claim_turn(
         ],
     )?;
     let Some(seq) = row.try_get::<_, Option<i64>>(0)? else {
-        return Err(fenced(session, epoch));
+        return Ok(None);
     };
-    Ok(appended(conn, session, seq_value(seq)?, kind, data, now))
+    Ok(Some(appended(
+        conn,
+        session,
+        seq_value(seq)?,
+        kind,
+        data,
+        now,
+    )))
 }
 
 /// `Store::settle_turn`: the fence check, then (for a terminal releasing the claim) the
