@@ -5,8 +5,10 @@
 //! turns at concurrency 1, 64 and 1,000, group commit on and off), `latency` (wake → drain start
 //! and whole-turn p50/p99), `sweep` (restart sweep of 10,000 claimed sessions among 100,000),
 //! `memory` (RSS per idle live actor, and after passivation), `events` (replay of 1,000,000
-//! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP).
-//! No scenario named runs them all.
+//! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP),
+//! `postgres` (feature `postgres`: turns/s on one and three nodes, latency and takeover on a
+//! throwaway local PostgreSQL). No scenario named runs them all (`postgres` only when built with
+//! its feature).
 //!
 //! Every scenario repeats [`REPEATS`] times and measures its own baseline in the same run, so
 //! its figures are ratios that survive a noisy machine. The table goes to stdout and the same
@@ -16,7 +18,7 @@
 //!
 //! Layout: `report` (rows, table, JSON, machine facts), `db` (database creation, bulk seeding
 //! and the raw rusqlite baselines), `runners` (the drains), `child` (re-exec protocol), then one
-//! module per scenario.
+//! module per scenario (`postgres_node`: the `postgres` scenario's child nodes and raw client).
 
 #[path = "runtime/ceiling.rs"]
 mod ceiling;
@@ -30,6 +32,12 @@ mod events;
 mod latency;
 #[path = "runtime/memory.rs"]
 mod memory;
+#[cfg(feature = "postgres")]
+#[path = "runtime/postgres.rs"]
+mod postgres;
+#[cfg(feature = "postgres")]
+#[path = "runtime/postgres_node.rs"]
+mod postgres_node;
 #[path = "runtime/report.rs"]
 mod report;
 #[path = "runtime/runners.rs"]
@@ -59,8 +67,8 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 pub const REPEATS: usize = 3;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 7] = [
-    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse",
+const SCENARIOS: [&str; 8] = [
+    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "postgres",
 ];
 
 /// What every scenario is given.
@@ -117,6 +125,10 @@ fn run_scenario(name: &str, ctx: &Ctx) -> BenchResult<Vec<Row>> {
         "events" => events::run(ctx),
         #[cfg(feature = "http")]
         "sse" => sse::run(ctx),
+        #[cfg(feature = "postgres")]
+        "postgres" => postgres::run(ctx),
+        #[cfg(not(feature = "postgres"))]
+        "postgres" => Err("the postgres scenario needs `--features postgres`".into()),
         other => Err(format!("unknown scenario {other}").into()),
     }
 }
@@ -146,7 +158,12 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let selected: Vec<&str> = if names.is_empty() {
-        SCENARIOS.to_vec()
+        // Everything this build can run: `postgres` only with its feature.
+        SCENARIOS
+            .iter()
+            .copied()
+            .filter(|s| *s != "postgres" || cfg!(feature = "postgres"))
+            .collect()
     } else {
         SCENARIOS
             .iter()

@@ -7,7 +7,8 @@
 //! database, then `DS_BENCH_CHILD=memory DS_BENCH_ARGS='{"db":"/tmp/m.db","n":5000,
 //! "idle_ms":20000}' valgrind --tool=massif <bench binary>` profiles the memory scenario.
 
-use std::process::{Command, ExitCode, Stdio};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 
 use serde_json::Value;
 
@@ -71,6 +72,10 @@ pub fn dispatch() -> Option<ExitCode> {
             "memory" => crate::memory::child(&args),
             "memory-floor" => crate::memory::floor_child(&args),
             "seed" => crate::db::seed_child(&args),
+            #[cfg(feature = "postgres")]
+            "pg-turns" => crate::postgres_node::turns_child(&args),
+            #[cfg(feature = "postgres")]
+            "pg-owner" => crate::postgres_node::owner_child(&args),
             #[cfg(feature = "http")]
             "sse-server" => crate::sse_server::child(&args),
             other => Err(format!("unknown child scenario {other}").into()),
@@ -93,4 +98,120 @@ pub fn field(value: &Value, name: &str) -> BenchResult<f64> {
         .get(name)
         .and_then(Value::as_f64)
         .ok_or_else(|| format!("child result lacks `{name}`: {value}").into())
+}
+
+/// A child the parent talks to while it runs (a node of a cluster): it announces steps with
+/// [`announce`] lines, waits for the parent's [`Live::send`] with [`wait_for_parent`], and
+/// prints its `DS_BENCH_RESULT` line at the end. Killed (`SIGKILL`) and reaped on drop.
+#[derive(Debug)]
+pub struct Live {
+    kind: String,
+    child: Child,
+    stdin: Option<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+/// The prefix of a step a live child announces: `DS_BENCH_STEP <name> <json>`.
+const STEP: &str = "DS_BENCH_STEP ";
+
+impl Live {
+    /// Starts the child scenario `kind` with `args`, its stdin and stdout piped to us.
+    pub fn start(kind: &str, args: &Value) -> BenchResult<Self> {
+        let mut child = Command::new(std::env::current_exe()?)
+            .env(KIND, kind)
+            .env(ARGS, args.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().ok_or("the child has no stdout")?);
+        Ok(Self {
+            kind: kind.to_owned(),
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Blocks until the child announces `step`, and returns what it announced with it.
+    pub fn expect(&mut self, step: &str) -> BenchResult<Value> {
+        self.read_until(|line| {
+            let rest = line.strip_prefix(STEP)?;
+            let (name, json) = rest.split_once(' ')?;
+            (name == step).then(|| json.to_owned())
+        })
+    }
+
+    /// Sends one line to the child's stdin.
+    pub fn send(&mut self, line: &str) -> BenchResult<()> {
+        let stdin = self.stdin.as_mut().ok_or("the child's stdin is closed")?;
+        writeln!(stdin, "{line}")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// Closes the child's stdin, reads its result and waits for it to exit.
+    pub fn finish(mut self) -> BenchResult<Value> {
+        drop(self.stdin.take());
+        let result = self.read_until(|line| line.strip_prefix(RESULT).map(str::to_owned))?;
+        let status = self.child.wait()?;
+        if !status.success() {
+            return Err(format!("child `{}` exited {status}", self.kind).into());
+        }
+        Ok(result)
+    }
+
+    /// Kills the child with `SIGKILL` (no cleanup of any kind runs in it) and reaps it.
+    pub fn kill(&mut self) -> BenchResult<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+
+    fn read_until(&mut self, mut pick: impl FnMut(&str) -> Option<String>) -> BenchResult<Value> {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.stdout.read_line(&mut line)? == 0 {
+                let status = self.child.wait()?;
+                return Err(format!("child `{}` ended ({status}) early", self.kind).into());
+            }
+            if let Some(json) = pick(line.trim_end()) {
+                return Ok(serde_json::from_str(&json)?);
+            }
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// In a live child: tells the parent that `step` was reached, with `value`.
+pub fn announce(step: &str, value: &Value) {
+    println!("{STEP}{step} {value}");
+    let _ = std::io::stdout().flush();
+}
+
+/// In a live child: resolves with the next line the parent sends (empty once it closed our
+/// stdin). The line is read on a thread of its own, so the actix system keeps running.
+pub fn from_parent() -> futures::channel::oneshot::Receiver<String> {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        let _ = tx.send(line.trim_end().to_owned());
+    });
+    rx
 }

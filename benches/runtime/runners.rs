@@ -42,10 +42,12 @@ impl Runner for Stamp {
     }
 }
 
-/// An empty drain that counts its starts and notes when the `target`-th one started.
+/// An empty drain that counts its starts and notes when the `target`-th one started; with
+/// [`Counting::holding`], a drain that never ends (a turn blocked in its drain).
 #[derive(Debug, Clone)]
 pub struct Counting {
     state: Arc<CountState>,
+    hold: bool,
 }
 
 #[derive(Debug)]
@@ -53,6 +55,7 @@ struct CountState {
     started: AtomicUsize,
     target: usize,
     reached_at: Mutex<Option<Instant>>,
+    first_at: Mutex<Option<Instant>>,
     reached: Notify,
 }
 
@@ -64,9 +67,28 @@ impl Counting {
                 started: AtomicUsize::new(0),
                 target,
                 reached_at: Mutex::new(None),
+                first_at: Mutex::new(None),
                 reached: Notify::new(),
             }),
+            hold: false,
         }
+    }
+
+    /// Counts towards `target` drain starts; every drain stays pending until cancelled.
+    pub fn holding(target: usize) -> Self {
+        Self {
+            hold: true,
+            ..Self::new(target)
+        }
+    }
+
+    /// When the first drain started, if one did.
+    pub fn first(&self) -> Option<Instant> {
+        *self
+            .state
+            .first_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Drains started so far.
@@ -94,13 +116,24 @@ impl Counting {
 impl Runner for Counting {
     fn drain(&self, _turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
         let now = Instant::now();
-        if self.state.started.fetch_add(1, Ordering::AcqRel) + 1 == self.state.target {
+        let before = self.state.started.fetch_add(1, Ordering::AcqRel);
+        if before == 0 {
+            *self
+                .state
+                .first_at
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(now);
+        }
+        if before + 1 == self.state.target {
             *self
                 .state
                 .reached_at
                 .lock()
                 .unwrap_or_else(|e| e.into_inner()) = Some(now);
             self.state.reached.notify_waiters();
+        }
+        if self.hold {
+            return futures::future::pending().boxed_local();
         }
         async { Ok(()) }.boxed_local()
     }

@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use durable_sessions::{Runtime, SessionId, Synchronous, Terminal};
+use durable_sessions::{Execution, Runtime, SessionId, Synchronous, Terminal};
 
 use crate::ceiling::{self, SYNCS};
 use crate::db;
@@ -159,12 +159,34 @@ async fn drive(
     // Spawn every actor before the window: interrupting an idle session writes nothing.
     futures::future::try_join_all(ids.iter().map(|id| exec.interrupt(id, None))).await?;
     let before = rt.stats().persistence;
+    let (done, elapsed) = resume_loop(&exec, ids, config.concurrency, window, cap).await?;
+    let after = rt.stats().persistence;
+    rt.shutdown().await;
+    let transactions = after
+        .transactions
+        .saturating_sub(before.transactions)
+        .max(1);
+    Ok(Sample {
+        turns_per_s: done as f64 / elapsed,
+        batch: after.requests.saturating_sub(before.requests) as f64 / transactions as f64,
+    })
+}
+
+/// Drives turns through the public API: `c` tasks each `resume` their share of `ids` in a loop
+/// until `window` has passed or `cap` turns were issued. Returns the turns completed and the
+/// seconds until the last one returned. Every turn must end `Succeeded`.
+pub async fn resume_loop(
+    exec: &Execution,
+    ids: &[SessionId],
+    c: usize,
+    window: Duration,
+    cap: usize,
+) -> BenchResult<(usize, f64)> {
     let issued = Cell::new(0_usize);
     let started = Instant::now();
     let deadline = started + window;
-    let c = config.concurrency;
     let tasks = (0..c).map(|k| {
-        let (exec, issued) = (&exec, &issued);
+        let issued = &issued;
         let mine: Vec<&SessionId> = ids.iter().skip(k % ids.len()).step_by(c).collect();
         async move {
             let mut done = 0_usize;
@@ -183,15 +205,5 @@ async fn drive(
         .await?
         .into_iter()
         .sum();
-    let elapsed = started.elapsed().as_secs_f64();
-    let after = rt.stats().persistence;
-    rt.shutdown().await;
-    let transactions = after
-        .transactions
-        .saturating_sub(before.transactions)
-        .max(1);
-    Ok(Sample {
-        turns_per_s: done as f64 / elapsed,
-        batch: after.requests.saturating_sub(before.requests) as f64 / transactions as f64,
-    })
+    Ok((done, started.elapsed().as_secs_f64()))
 }

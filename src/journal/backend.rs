@@ -7,7 +7,7 @@
 //!   opened. Appending an event assigns its per-session seq and runs its projection into the
 //!   tables, in the same transaction.
 //! - [`WriterConnection`]: the one connection the writer thread group-commits on: begin,
-//!   savepoints, commit, rollback.
+//!   savepoints, commit, rollback, and whether batches run without savepoints first.
 //! - [`Readers`]: the pool that reads run on, off the writer.
 //!
 //! Several nodes may share one database (PostgreSQL): then a session is owned by at most one
@@ -99,6 +99,15 @@ pub(crate) enum Signal {
     /// This node's lease lapsed (or the database was unreachable for longer than the lease):
     /// it no longer owns anything and must cancel its drains and forget its sessions.
     LeaseLost,
+}
+
+/// What the restart sweep reads of a claimed turn ([`Store::claimed_turn`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ClaimedTurn {
+    /// The seq of the event that took the claim.
+    pub(crate) claim: Option<u64>,
+    /// The seq of the session's latest interrupt request.
+    pub(crate) fence: Option<u64>,
 }
 
 /// The statements of the store, on one connection, inside the caller's transaction.
@@ -248,6 +257,40 @@ pub(crate) trait Store {
     fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError>;
     /// Counts one attempt of an unclaimed session owed a turn; `None` when it is claimed.
     fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError>;
+    /// [`Store::count_resume`] of each of `ids`, in their order: those counted, with their
+    /// attempts. An engine where each statement is a round trip may count them all in one.
+    fn count_resumes(
+        &mut self,
+        ids: &[SessionId],
+        boot: &str,
+    ) -> Result<Vec<(SessionId, u32)>, StoreError> {
+        let mut counted = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(attempts) = self.count_resume(id, boot)? {
+                counted.push((id.clone(), attempts));
+            }
+        }
+        Ok(counted)
+    }
+    /// What the sweep reads of a turn claimed by `boot`: `None` when `id` holds no claim of
+    /// `boot` (or is gone); else the seq that took the claim ([`Store::claim_seq`]) and the
+    /// latest interrupt request ([`Store::latest_interrupt_seq`]). An engine may read them in
+    /// one statement.
+    fn claimed_turn(
+        &mut self,
+        id: &SessionId,
+        boot: &str,
+    ) -> Result<Option<ClaimedTurn>, StoreError> {
+        let claimed = self
+            .claim_state(id)?
+            .is_some_and(|c| c.time_suspended.is_some() && c.claim_boot.as_deref() == Some(boot));
+        if !claimed {
+            return Ok(None);
+        }
+        let fence = self.latest_interrupt_seq(id)?;
+        let claim = self.claim_seq(id)?;
+        Ok(Some(ClaimedTurn { claim, fence }))
+    }
     /// The inputs the turn claimed at `claim` promoted and had not finished, less those a
     /// user interrupt request at `fence` stopped.
     fn served_inputs(
@@ -327,6 +370,45 @@ pub(crate) trait Store {
     /// lose no notification: nothing.
     fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError>;
 
+    // --- a turn's two writes (each one request of the writer) ------------------------------
+
+    /// Claims a turn of `session` for boot `boot`: [`Store::check_fence`], then appends
+    /// `session.execution.started` (whose projection takes the claim) and returns it. An engine
+    /// where each statement is a round trip may do all of it in one.
+    fn claim_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        boot: &str,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        self.check_fence(session, epoch)?;
+        let boot = boot.to_owned();
+        self.append(session, &SessionEvent::ExecutionStarted { boot }, now)
+    }
+
+    /// Records the terminal `event` of a turn of `session`: [`Store::check_fence`], then, for
+    /// a terminal that releases the claim, [`Store::settle`] (decided while the claim is
+    /// held), then appends `event` (whose projection releases the claim). Returns what `settle`
+    /// decided and the event. An engine where each statement is a round trip may do the common
+    /// case in one.
+    fn settle_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<(Option<u64>, EventRecord), StoreError> {
+        self.check_fence(session, epoch)?;
+        let next = if event.releases_claim() {
+            self.settle(session)?
+        } else {
+            None
+        };
+        let record = self.append(session, event, now)?;
+        Ok((next, record))
+    }
+
     /// The SQLite connection under this store, for the writer's unit tests (which write raw
     /// rows); `None` for another engine.
     #[cfg(test)]
@@ -360,6 +442,13 @@ pub(crate) trait WriterConnection: Send {
     /// Whether a transaction is open: an engine may roll a whole transaction back on its own
     /// (SQLite does on a full disk or an I/O error), and the batch must then fail as a whole.
     fn in_transaction(&mut self) -> bool;
+    /// Whether a batch first runs without per-request savepoints, all or nothing: committed as
+    /// is when every request succeeds; rolled back and run again with a savepoint per request
+    /// when one fails. Worth it where a savepoint costs a round trip (PostgreSQL); default
+    /// false (SQLite's savepoints are in-process calls).
+    fn optimistic_batches(&self) -> bool {
+        false
+    }
     /// The statements, on this connection.
     fn store(&mut self) -> &mut dyn Store;
     /// Gives unused cache memory back (outside a transaction).

@@ -5,8 +5,10 @@
 //! mailbox is a channel, so that it can take *everything* queued in one go: requests that arrive
 //! while a transaction commits are batched into the next one. Each request runs inside its own
 //! SAVEPOINT (unless it is alone in its transaction), so one failing request is rolled back
-//! alone; each caller's reply is sent only after the COMMIT that holds its write returned, and
-//! committed events are then published on the bus.
+//! alone (on PostgreSQL, where a savepoint costs a round trip, a batch first runs without them
+//! and again with them only if a request failed: see `writer`); each caller's reply is sent
+//! only after the COMMIT that holds its write returned, and committed events are then
+//! published on the bus.
 //! Reads do not queue behind the writer: they run on pool connections on a blocking thread.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -89,6 +89,9 @@ mod tests_journal;
 mod tests_nodes;
 #[cfg(test)]
 mod tests_own;
+#[cfg(test)]
+mod tests_turn;
+mod turn;
 mod writer;
 
 pub(crate) use self::conn::{connect, PgConn};

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::backend::ClaimedTurn;
 use super::persistence::WriteCtx;
 use super::Journal;
 use crate::error::StoreError;
@@ -82,13 +83,11 @@ impl Journal {
         self.inner
             .persistence
             .write_alone(move |w| {
-                let mut counted = Vec::with_capacity(claimed.len());
-                for id in &claimed {
-                    if let Some(attempts) = w.store().count_resume(id, &boot)? {
-                        counted.push(Unfinished::Claimed(id.clone(), attempts));
-                    }
-                }
-                Ok(counted)
+                let counted = w.store().count_resumes(&claimed, &boot)?;
+                Ok(counted
+                    .into_iter()
+                    .map(|(id, attempts)| Unfinished::Claimed(id, attempts))
+                    .collect())
             })
             .await
     }
@@ -136,14 +135,9 @@ fn sweep_one(
 ) -> Result<Vec<Swept>, StoreError> {
     let (id, attempts, inputs) = match orphan {
         Unfinished::Claimed(id, attempts) => {
-            let claimed = w.store().claim_state(&id)?.is_some_and(|c| {
-                c.time_suspended.is_some() && c.claim_boot.as_deref() == Some(boot)
-            });
-            if !claimed {
+            let Some(ClaimedTurn { claim, fence }) = w.store().claimed_turn(&id, boot)? else {
                 return Ok(Vec::new());
-            }
-            let fence = w.store().latest_interrupt_seq(&id)?;
-            let claim = w.store().claim_seq(&id)?;
+            };
             let inputs = match claim {
                 Some(claim) => w.store().served_inputs(&id, claim, fence)?,
                 None => Vec::new(),

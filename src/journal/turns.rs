@@ -53,8 +53,8 @@ fn read_transcript<T>(
 
 impl Journal {
     /// Claims a turn of `session` for process boot `boot`: commits `session.execution.started`
-    /// (data `{"boot"}`), whose projection takes the claim. Resolves, with the event's seq,
-    /// once it is durable.
+    /// (data `{"boot"}`), whose projection takes the claim (`Store::claim_turn`). Resolves, with
+    /// the event's seq, once it is durable.
     pub(crate) async fn claim_turn(
         &self,
         session: SessionId,
@@ -64,9 +64,11 @@ impl Journal {
         self.inner
             .persistence
             .write(move |w| {
-                w.store().check_fence(&session, epoch)?;
-                let boot = boot.clone();
-                let started = w.append(&session, &SessionEvent::ExecutionStarted { boot })?;
+                let claim = w
+                    .store()
+                    .claim_turn(&session, epoch, &boot, super::now_ms())?;
+                let started = claim.clone();
+                w.record(claim);
                 crate::crash::point(crate::crash::DURING_CLAIM);
                 Ok(started.seq)
             })
@@ -88,13 +90,10 @@ impl Journal {
         self.inner
             .persistence
             .write(move |w| {
-                w.store().check_fence(&session, epoch)?;
-                let next = if event.releases_claim() {
-                    w.store().settle(&session)?
-                } else {
-                    None
-                };
-                w.append(&session, &event)?;
+                let (next, terminal) =
+                    w.store()
+                        .settle_turn(&session, epoch, &event, super::now_ms())?;
+                w.record(terminal);
                 Ok(next)
             })
             .await

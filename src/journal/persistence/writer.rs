@@ -5,6 +5,12 @@
 //! [`IDLE_CHECKPOINT`] (at most every [`CHECKPOINT_EVERY`]), and when it stops, it has the
 //! engine checkpoint and truncate its log (SQLite `wal_checkpoint(TRUNCATE)`), so a clean stop
 //! leaves an empty `-wal` file.
+//!
+//! Where savepoints cost a round trip each (`WriterConnection::optimistic_batches`:
+//! PostgreSQL), a batch first runs without them and commits as is when every request
+//! succeeded; when one fails, the batch is rolled back and runs again, a savepoint per request.
+//! A request may therefore run twice; every request may already (a retry after a transient
+//! error), and nothing of a rolled-back run is stored or published.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -152,6 +158,28 @@ impl WriterActor {
         let size = batch.len() as u64;
         self.count_transaction(size);
         let mut events = Vec::new();
+        if self.conn.optimistic_batches() {
+            match Self::transact_optimistic(&mut *self.conn, &mut batch, &mut events) {
+                Ok(true) => {
+                    for job in batch {
+                        job.complete(Ok(()));
+                    }
+                    self.broadcast(events);
+                    return;
+                }
+                // A request failed: everything was rolled back; run the batch again, a
+                // savepoint per request, where the failure stays the request's own.
+                Ok(false) => events.clear(),
+                Err(e) => {
+                    self.conn.rollback();
+                    log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
+                    for job in batch {
+                        job.complete(Err(&e));
+                    }
+                    return;
+                }
+            }
+        }
         let mut again = Vec::new();
         let outcome = Self::transact(
             &mut *self.conn,
@@ -255,6 +283,33 @@ impl WriterActor {
                 job.complete(Err(&e));
             }
         }
+    }
+
+    /// Runs the batch without savepoints. `Ok(true)`: every request succeeded and the batch
+    /// committed. `Ok(false)`: a request failed (or the engine aborted the transaction), and
+    /// the transaction was rolled back: nothing of the batch is stored, and every request may
+    /// run again. `Err`: `BEGIN` or `COMMIT` failed; nothing is stored.
+    fn transact_optimistic(
+        conn: &mut dyn WriterConnection,
+        batch: &mut [Box<dyn Job>],
+        events: &mut Vec<EventRecord>,
+    ) -> Result<bool, StoreError> {
+        conn.begin()?;
+        for job in batch.iter_mut() {
+            let mut ctx = WriteCtx {
+                store: conn.store(),
+                events: Vec::new(),
+            };
+            let ok = job.run(&mut ctx);
+            let published = std::mem::take(&mut ctx.events);
+            if !ok || !conn.in_transaction() {
+                conn.rollback();
+                return Ok(false);
+            }
+            events.extend(published);
+        }
+        conn.commit()?;
+        Ok(true)
     }
 
     fn transact(

@@ -14,6 +14,7 @@ use super::input::query_inputs;
 use super::{count_value, seq_param, seq_value, session_id};
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
+use crate::journal::backend::ClaimedTurn;
 use crate::records::{Admission, ClaimState};
 
 /// Claims `id` for a turn started by boot `boot` with the event at `seq`; the first claim's
@@ -70,6 +71,66 @@ pub(crate) fn count_resume(
         &[&id.as_str(), &boot, &&*me],
     )?;
     counted(row)
+}
+
+/// [`count_resume`] of every one of `ids` in one statement (the same conditions, row by row),
+/// returned in the order of `ids`.
+pub(crate) fn count_resumes(
+    conn: &mut PgConn,
+    ids: &[SessionId],
+    boot: &str,
+) -> Result<Vec<(SessionId, u32)>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let me = conn.node_arc();
+    let list: Vec<&str> = ids.iter().map(SessionId::as_str).collect();
+    let rows = conn.query(
+        concat!(
+            "UPDATE session AS s SET resume_attempts = s.resume_attempts + 1, claim_boot = $2, ",
+            take_ownership!("$3"),
+            " WHERE s.id IN (SELECT id FROM session WHERE id = ANY($1) \
+                             FOR NO KEY UPDATE SKIP LOCKED) \
+               AND s.time_suspended IS NOT NULL \
+               AND (s.claim_boot IS NULL OR s.claim_boot <> $2) AND ",
+            not_held_elsewhere!("$3"),
+            " RETURNING s.id, s.resume_attempts"
+        ),
+        &[&list, &boot, &&*me],
+    )?;
+    let mut counted = std::collections::HashMap::with_capacity(rows.len());
+    for row in &rows {
+        counted.insert(row.try_get::<_, String>(0)?, count_value(row.try_get(1)?)?);
+    }
+    Ok(ids
+        .iter()
+        .filter_map(|id| counted.remove(id.as_str()).map(|n| (id.clone(), n)))
+        .collect())
+}
+
+/// What the sweep reads of `id`'s claimed turn, in one statement: `None` when it holds no
+/// claim; else its claim seq and the seq of its latest interrupt request (the literal type
+/// lets the partial index `event_interrupt` serve it).
+pub(crate) fn claimed_turn(
+    conn: &mut PgConn,
+    id: &SessionId,
+    boot: &str,
+) -> Result<Option<ClaimedTurn>, StoreError> {
+    let row = conn.query_opt(
+        "SELECT s.claim_seq, (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = s.id \
+                              AND e.type = 'session.interrupt.requested') \
+         FROM session s WHERE s.id = $1 AND s.time_suspended IS NOT NULL AND s.claim_boot = $2",
+        &[&id.as_str(), &boot],
+    )?;
+    row.map(|row| {
+        let claim: Option<i64> = row.try_get(0)?;
+        let fence: Option<i64> = row.try_get(1)?;
+        Ok(ClaimedTurn {
+            claim: claim.map(seq_value).transpose()?,
+            fence: fence.map(seq_value).transpose()?,
+        })
+    })
+    .transpose()
 }
 
 /// Counts one attempt of `id` when it holds no claim (adopting a session owed a turn), taking

@@ -5,7 +5,9 @@
 //! which stays locked until COMMIT, so writers of one session on several nodes serialize on it
 //! and seqs stay gap-free (0 for the first event). The event row records this node and the
 //! session's current `owner_epoch`, read by a later statement of the function (a fresh snapshot:
-//! it sees every ownership change committed before this writer got the seq).
+//! it sees every ownership change committed before this writer got the seq). Its projection
+//! is a statement of its own, except for `session.execution.started`, appended together with
+//! the claim it takes by `ds_claim_turn` (see `turn`).
 
 use serde_json::Value;
 
@@ -49,6 +51,12 @@ pub(crate) fn append(
     event: &SessionEvent,
     time: i64,
 ) -> Result<EventRecord, StoreError> {
+    if let SessionEvent::ExecutionStarted { boot } = event {
+        // The append and its projection (the claim) in one round trip.
+        return super::turn::started(conn, session, None, boot, time)?.ok_or_else(|| {
+            StoreError::Inconsistent("ds_claim_turn appended nothing without a fence".into())
+        });
+    }
     let record = insert(conn, session, event.kind(), event.data()?, time)?;
     apply(conn, session, record.seq, time, event)?;
     Ok(record)

@@ -5,6 +5,9 @@
 //! log, the sequence table, the inbox with its wake marks, the transcript with its interrupt
 //! marks, and the same partial indexes), plus what several nodes need: the `node` table, the
 //! owner and fencing epoch of each session, and the node and epoch of each event.
+//!
+//! Version 2 adds `ds_claim_turn` and `ds_settle_turn`: a turn's claim and its terminal in one
+//! round trip each (see `turn.rs`).
 
 use postgres::Client;
 
@@ -119,8 +122,84 @@ const V2: &str = r#"
 ALTER TABLE session ADD COLUMN log_start BIGINT NOT NULL DEFAULT 0;
 "#;
 
+/// Version 3: a turn's claim and its settlement each in one round trip, as functions doing what
+/// `Store::claim_turn` and `Store::settle_turn` do statement by statement (the fence check under
+/// the session's row lock, the append, its projection). A fenced call writes nothing.
+const V3: &str = r#"
+-- The claim of a turn: the fence check (the session's row locked FOR NO KEY UPDATE until
+-- COMMIT, as `check_fence`; none when p_epoch is NULL, for the restart sweep's claims), the
+-- append of its `session.execution.started` event (p_type, through `ds_append`) and its
+-- projection (the claim, as the store's `claim`). Returns the event's seq, or NULL when this
+-- node does not own the session at p_epoch (nothing written).
+CREATE FUNCTION ds_claim_turn(p_session TEXT, p_node TEXT, p_epoch BIGINT, p_type TEXT,
+                              p_data TEXT, p_time BIGINT, p_boot TEXT) RETURNS BIGINT
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    v_owner TEXT;
+    v_epoch BIGINT;
+    v_seq   BIGINT;
+BEGIN
+    IF p_epoch IS NOT NULL THEN
+        SELECT s.owner_node, s.owner_epoch INTO v_owner, v_epoch
+            FROM session s WHERE s.id = p_session FOR NO KEY UPDATE;
+        IF NOT FOUND OR v_owner IS DISTINCT FROM p_node OR v_epoch <> p_epoch THEN
+            RETURN NULL;
+        END IF;
+    END IF;
+    v_seq := ds_append(p_session, p_type, p_data, p_time, p_node);
+    UPDATE session s SET time_suspended = COALESCE(s.time_suspended, p_time),
+        claim_seq = CASE WHEN s.time_suspended IS NULL THEN v_seq
+                         ELSE COALESCE(s.claim_seq, v_seq) END,
+        claim_boot = p_boot
+        WHERE s.id = p_session;
+    RETURN v_seq;
+END
+$fn$;
+
+-- The terminal of a turn: the fence check (as in `ds_claim_turn`); then, for a terminal that
+-- releases the claim (p_release), the settle probe: when the session holds a pending input,
+-- nothing is written and `out_pending` is true (the caller then settles statement by
+-- statement, under the row lock taken here); otherwise the terminal's append and, with
+-- p_release, its projection: the `user` messages promoted since the claim marked interrupted
+-- (p_interrupted), the claim released (as the store's `release`).
+CREATE FUNCTION ds_settle_turn(p_session TEXT, p_node TEXT, p_epoch BIGINT, p_type TEXT,
+                               p_data TEXT, p_time BIGINT, p_release BOOLEAN,
+                               p_interrupted BOOLEAN, OUT out_fenced BOOLEAN,
+                               OUT out_pending BOOLEAN, OUT out_seq BIGINT)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    v_owner TEXT;
+    v_epoch BIGINT;
+BEGIN
+    out_fenced := false;
+    out_pending := false;
+    SELECT s.owner_node, s.owner_epoch INTO v_owner, v_epoch
+        FROM session s WHERE s.id = p_session FOR NO KEY UPDATE;
+    IF NOT FOUND OR v_owner IS DISTINCT FROM p_node OR v_epoch <> p_epoch THEN
+        out_fenced := true;
+        RETURN;
+    END IF;
+    IF p_release AND EXISTS (SELECT 1 FROM session_input i
+                             WHERE i.session_id = p_session AND i.promoted_seq IS NULL) THEN
+        out_pending := true;
+        RETURN;
+    END IF;
+    out_seq := ds_append(p_session, p_type, p_data, p_time, p_node);
+    IF p_release THEN
+        IF p_interrupted THEN
+            UPDATE session_message m SET interrupted = true
+                WHERE m.session_id = p_session AND m.type = 'user' AND NOT m.interrupted
+                  AND m.seq > (SELECT s.claim_seq FROM session s WHERE s.id = p_session);
+        END IF;
+        UPDATE session s SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL,
+            claim_seq = NULL WHERE s.id = p_session;
+    END IF;
+END
+$fn$;
+"#;
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;

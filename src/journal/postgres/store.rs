@@ -3,11 +3,11 @@
 use serde_json::Value;
 
 use super::conn::PgConn;
-use super::{claim, event, input, message, ownership, retention, session};
+use super::{claim, event, input, message, ownership, retention, session, turn};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{Nudge, Ownership, Route, Store};
+use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };
@@ -206,6 +206,22 @@ impl Store for PgConn {
         claim::count_adoption(self, id)
     }
 
+    fn count_resumes(
+        &mut self,
+        ids: &[SessionId],
+        boot: &str,
+    ) -> Result<Vec<(SessionId, u32)>, StoreError> {
+        claim::count_resumes(self, ids, boot)
+    }
+
+    fn claimed_turn(
+        &mut self,
+        id: &SessionId,
+        boot: &str,
+    ) -> Result<Option<ClaimedTurn>, StoreError> {
+        claim::claimed_turn(self, id, boot)
+    }
+
     fn served_inputs(
         &mut self,
         session: &SessionId,
@@ -279,5 +295,25 @@ impl Store for PgConn {
 
     fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
         ownership::missed_nudges(self, before)
+    }
+
+    fn claim_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        boot: &str,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        turn::claim_turn(self, session, epoch, boot, now)
+    }
+
+    fn settle_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<(Option<u64>, EventRecord), StoreError> {
+        turn::settle_turn(self, session, epoch, event, now)
     }
 }

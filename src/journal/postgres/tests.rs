@@ -13,9 +13,11 @@ use serde_json::json;
 use super::conn::{connect, PgConn};
 use super::{node, schema, PgConfig};
 use crate::error::StoreError;
-use crate::event::kind;
-use crate::journal::backend::Store;
+use crate::event::{kind, SessionEvent};
+use crate::id::SessionId;
+use crate::journal::backend::{Ownership, Store};
 use crate::journal::sqlite::test_support::{info, mid, sid, test_db};
+use crate::outcome::InterruptReason;
 use crate::records::{
     Anchor, Cursor, Delivery, Direction, ListQuery, MessagesQuery, Order, ParentFilter,
 };
@@ -329,6 +331,106 @@ fn scenario(store: &mut dyn Store) -> Vec<String> {
     out
 }
 
+/// The epoch this connection's node holds `session` at (taking it): 0 on SQLite, whose process
+/// owns every session; a fresh epoch on PostgreSQL.
+fn epoch_of(store: &mut dyn Store, session: &SessionId) -> u64 {
+    match store.acquire(session) {
+        Ok(Ownership::Owned { epoch }) => epoch,
+        other => panic!("acquire {session}: {other:?}"),
+    }
+}
+
+/// A turn's two writes (`claim_turn`, `settle_turn`: one schema function call each on
+/// PostgreSQL, the statements one by one on SQLite) on sessions `u` and `v` of [`scenario`]:
+/// a second claim, every kind of terminal, a settlement with pending inputs (the function's
+/// slow path), the sweep's unfenced claim and its reads and counts (one statement each on
+/// PostgreSQL); the outcome of each, and the rows they leave.
+fn turn_scenario(store: &mut dyn Store) -> Vec<String> {
+    let (u, v) = (sid("u"), sid("v"));
+    let mut out = Vec::new();
+    let mut log = |label: &str, line: String| out.push(format!("{label}: {line}"));
+    let succeeded = SessionEvent::ExecutionSucceeded {};
+    let interrupted = |reason| SessionEvent::ExecutionInterrupted { reason };
+    let e = epoch_of(store, &u);
+    log("claim u", outcome(store.claim_turn(&u, e, "b7", 90)));
+    log("claim u state", outcome(store.claim_state(&u)));
+    log("claim u again", outcome(store.claim_turn(&u, e, "b8", 91)));
+    log("claim u again state", outcome(store.claim_state(&u)));
+    log("claim u seq", outcome(store.claim_seq(&u)));
+    log(
+        "settle u",
+        outcome(store.settle_turn(&u, e, &succeeded, 92)),
+    );
+    log("settle u state", outcome(store.claim_state(&u)));
+    log(
+        "admit u",
+        outcome(store.admit(&u, &mid("ui1"), &json!("x"), Delivery::Steer, 93)),
+    );
+    log("claim u 2", outcome(store.claim_turn(&u, e, "b7", 94)));
+    log("promote u", outcome(store.promote_steer(&u, None, 95)));
+    let user = interrupted(InterruptReason::User);
+    log("interrupt u", outcome(store.settle_turn(&u, e, &user, 96)));
+    log("interrupt u context", outcome(store.context(&u)));
+    log("claim u 3", outcome(store.claim_turn(&u, e, "b7", 97)));
+    let shutdown = interrupted(InterruptReason::Shutdown);
+    log(
+        "shutdown u",
+        outcome(store.settle_turn(&u, e, &shutdown, 98)),
+    );
+    log("shutdown u state", outcome(store.claim_state(&u)));
+    // The restart sweep's claim: a plain append of `session.execution.started`.
+    let resumed = SessionEvent::ExecutionStarted { boot: "b9".into() };
+    log("sweep claim u", outcome(store.append(&u, &resumed, 99)));
+    log("sweep claim u state", outcome(store.claim_state(&u)));
+    log("sweep claim u seq", outcome(store.claim_seq(&u)));
+    log("claimed turn u", outcome(store.claimed_turn(&u, "b9")));
+    log(
+        "interrupt request u",
+        outcome(store.publish(
+            &u,
+            kind::INTERRUPT_REQUESTED,
+            &json!({"sessionID": "u"}),
+            99,
+        )),
+    );
+    log(
+        "claimed turn u fenced",
+        outcome(store.claimed_turn(&u, "b9")),
+    );
+    let ids = [u.clone(), v.clone(), sid("ghost"), u.clone()];
+    log("count resumes", outcome(store.count_resumes(&ids, "b10")));
+    log(
+        "count resumes again",
+        outcome(store.count_resumes(&ids, "b10")),
+    );
+    log("count resumes state", outcome(store.claim_state(&u)));
+
+    let e = epoch_of(store, &v);
+    for (id, delivery, time) in [("vs1", Delivery::Steer, 100), ("vq1", Delivery::Queue, 101)] {
+        log(
+            "admit v",
+            outcome(store.admit(&v, &mid(id), &json!(id), delivery, time)),
+        );
+    }
+    log("claim v", outcome(store.claim_turn(&v, e, "b7", 102)));
+    log("promote v", outcome(store.promote_steer(&v, None, 103)));
+    log(
+        "settle v",
+        outcome(store.settle_turn(&v, e, &succeeded, 104)),
+    );
+    log("settle v state", outcome(store.claim_state(&v)));
+    log("settle v owes", outcome(store.owes_turn(&v)));
+    log("claim v 2", outcome(store.claim_turn(&v, e, "b7", 105)));
+    let aborted = SessionEvent::aborted();
+    log("abort v", outcome(store.settle_turn(&v, e, &aborted, 106)));
+    log("abort v owes", outcome(store.owes_turn(&v)));
+    log("abort v pending", outcome(store.pending_inputs(&v)));
+    log("claimed turn v", outcome(store.claimed_turn(&v, "b7")));
+    log("events u", outcome(store.events_after(&u, Some(0), 100)));
+    log("events v", outcome(store.events_after(&v, Some(0), 100)));
+    out
+}
+
 /// What the store says of session `s` once message `m-bad` holds an undecodable payload.
 fn diagnosis(store: &mut dyn Store) -> Vec<String> {
     vec![
@@ -339,7 +441,8 @@ fn diagnosis(store: &mut dyn Store) -> Vec<String> {
 }
 
 /// The same calls give the same results on SQLite and PostgreSQL: rows, seqs, payloads,
-/// orderings, conflicts and decoding errors.
+/// orderings, conflicts and decoding errors, and a turn's claim and settlement (schema
+/// functions on PostgreSQL).
 #[test]
 fn postgres_store_gives_the_same_results_as_sqlite() -> Result<(), StoreError> {
     let Some(db) = pg_db("parity") else {
@@ -347,8 +450,30 @@ fn postgres_store_gives_the_same_results_as_sqlite() -> Result<(), StoreError> {
     };
     let mut lite = test_db()?;
     let mut pg = pg_conn(&db, "node-a")?;
-    let sqlite = scenario(&mut lite.conn);
-    let postgres = scenario(&mut pg);
+    let mut sqlite = scenario(&mut lite.conn);
+    let mut postgres = scenario(&mut pg);
+    let turns = turn_scenario(&mut lite.conn);
+    // The turn scenario reaches each path of the functions: a settlement owing the queued
+    // prompt (pending inputs), transcript marks of a user interrupt, a kept shutdown claim.
+    let line = |label: &str| turns.iter().find(|l| l.starts_with(label)).cloned();
+    assert!(
+        line("settle v:").is_some_and(|l| l.starts_with("settle v: (Some(")),
+        "{turns:#?}"
+    );
+    assert!(line("interrupt u context:").is_some_and(|l| l.contains("interrupted: true")));
+    assert!(line("shutdown u state:").is_some_and(|l| l.contains("time_suspended: Some(97)")));
+    let counted = "count resumes: [(\"u\", 1)]";
+    assert_eq!(
+        line("count resumes:").as_deref(),
+        Some(counted),
+        "{turns:#?}"
+    );
+    let again = "count resumes again: []";
+    assert_eq!(line("count resumes again:").as_deref(), Some(again));
+    assert!(line("claimed turn u fenced:").is_some_and(|l| l.contains("fence: Some(")));
+    assert!(!turns.iter().any(|l| l.contains("Err(")), "{turns:#?}");
+    sqlite.extend(turns);
+    postgres.extend(turn_scenario(&mut pg));
     assert_eq!(sqlite.len(), postgres.len());
     for (lite, pg) in sqlite.iter().zip(&postgres) {
         assert_eq!(lite, pg);

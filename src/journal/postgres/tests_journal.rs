@@ -18,7 +18,10 @@ use crate::journal::{Admitted, Journal};
 use crate::records::Delivery;
 
 /// A journal over node `node` of the database at `url`, its node and the node's signals.
-fn journal(db: &super::tests::PgDb, node: &str) -> (Journal, Node, UnboundedReceiver<Signal>) {
+pub(super) fn journal(
+    db: &super::tests::PgDb,
+    node: &str,
+) -> (Journal, Node, UnboundedReceiver<Signal>) {
     let backend = open(&config(db, node)).expect("open the postgres backend");
     let signals = backend.node.take_signals().expect("signals");
     let persistence =

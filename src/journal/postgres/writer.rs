@@ -225,6 +225,12 @@ impl WriterConnection for PgWriter {
         self.in_tx && !self.aborted && !self.conn.is_closed()
     }
 
+    /// A savepoint and its release cost a round trip per request (sent with the next
+    /// statement's, but a round trip of their own): a batch first runs without them.
+    fn optimistic_batches(&self) -> bool {
+        true
+    }
+
     fn store(&mut self) -> &mut dyn Store {
         &mut self.conn
     }

@@ -1,0 +1,119 @@
+//! A turn's writes on PostgreSQL: the schema functions behind `Store::claim_turn` and
+//! `Store::settle_turn` are fenced like `check_fence` and write nothing when fenced, and a
+//! batch the writer runs without savepoints keeps a failing request's failure its own.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use super::tests::{pg_conn, pg_db};
+use super::tests_journal::journal;
+use crate::error::StoreError;
+use crate::event::{kind, SessionEvent};
+use crate::id::SessionId;
+use crate::journal::backend::{Ownership, Store};
+use crate::journal::sqlite::test_support::{info, sid};
+
+fn is_fenced<T: std::fmt::Debug>(result: Result<T, StoreError>, want: u64) -> bool {
+    matches!(result, Err(StoreError::Fenced { epoch, .. }) if epoch == want)
+}
+
+#[test]
+fn turn_functions_are_fenced_and_write_nothing_when_fenced() -> Result<(), StoreError> {
+    let Some(db) = pg_db("turn_fence") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    a.create_session(&info("s", None, 1))?;
+    let s = sid("s");
+    let succeeded = SessionEvent::ExecutionSucceeded {};
+    assert!(
+        is_fenced(a.claim_turn(&s, 0, "boot", 2), 0),
+        "nobody owns it"
+    );
+    assert_eq!(a.acquire(&s)?, Ownership::Owned { epoch: 1 });
+    assert!(
+        is_fenced(a.claim_turn(&s, 2, "boot", 2), 2),
+        "a wrong epoch"
+    );
+    assert!(is_fenced(b.claim_turn(&s, 1, "boot", 2), 1), "another node");
+    assert!(is_fenced(b.settle_turn(&s, 1, &succeeded, 2), 1));
+    assert!(is_fenced(a.claim_turn(&sid("ghost"), 1, "boot", 2), 1));
+    assert_eq!(
+        a.events_after(&s, None, 10)?.len(),
+        1,
+        "session.created only"
+    );
+    assert_eq!(a.claim_state(&s)?.and_then(|c| c.time_suspended), None);
+
+    let claim = a.claim_turn(&s, 1, "boot", 3)?;
+    assert_eq!(
+        (claim.seq, claim.kind.as_str()),
+        (1, kind::EXECUTION_STARTED)
+    );
+    assert_eq!(a.claim_state(&s)?.and_then(|c| c.time_suspended), Some(3));
+    assert!(is_fenced(b.settle_turn(&s, 1, &succeeded, 4), 1));
+    assert_eq!(a.claim_state(&s)?.and_then(|c| c.time_suspended), Some(3));
+    let (next, terminal) = a.settle_turn(&s, 1, &succeeded, 5)?;
+    assert_eq!((next, terminal.seq), (None, 2));
+    assert_eq!(a.claim_state(&s)?.and_then(|c| c.time_suspended), None);
+    // The rows record the node and the epoch that wrote them; `appended` names both events.
+    let rows = a.query(
+        "SELECT node, epoch FROM event WHERE aggregate_id = 's' AND seq > 0 ORDER BY seq",
+        &[],
+    )?;
+    let rows: Vec<(String, i64)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(rows, [("a".to_owned(), 1), ("a".to_owned(), 1)]);
+    assert!(a.appended.ends_with(&[(s.clone(), 1), (s.clone(), 2)]));
+    // A terminal that is not one is refused before anything is written.
+    let started = SessionEvent::ExecutionStarted { boot: "x".into() };
+    assert!(matches!(
+        a.settle_turn(&s, 1, &started, 6),
+        Err(StoreError::Inconsistent(_))
+    ));
+    Ok(())
+}
+
+/// The writer runs a batch without savepoints first; when one request fails (here a claim with
+/// a stale epoch), the batch is rolled back and run again with a savepoint per request: every
+/// other request commits, the failing one gets its own error.
+#[actix_rt::test]
+async fn a_failing_request_fails_alone_in_a_batch() -> Result<(), StoreError> {
+    let Some(db) = pg_db("turn_batch") else {
+        return Ok(());
+    };
+    let (a, _node, _signals) = journal(&db, "a");
+    let ids: Vec<SessionId> = (0..20).map(|i| sid(&format!("s{i}"))).collect();
+    for id in &ids {
+        a.create_session(info(id.as_str(), None, 1)).await?;
+        a.load_session(id.clone()).await?;
+    }
+    let before = a.stats();
+    // Holds the writer while the claims queue up behind it, so they commit as one batch.
+    let hold = a.inner.persistence.write(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(())
+    });
+    let claims = join_all(ids.iter().enumerate().map(|(i, id)| {
+        let epoch = if i == 7 { 2 } else { 1 };
+        a.claim_turn(id.clone(), "boot".into(), epoch)
+    }));
+    let (held, results) = futures::join!(hold, claims);
+    held?;
+    for (i, result) in results.into_iter().enumerate() {
+        if i == 7 {
+            assert!(is_fenced(result, 2), "claim {i}");
+        } else {
+            assert!(result.is_ok(), "claim {i}: {result:?}");
+        }
+    }
+    let after = a.stats();
+    assert!(after.largest_batch >= 19, "{after:?}");
+    assert_eq!(after.failed_requests - before.failed_requests, 1);
+    for (i, id) in ids.iter().enumerate() {
+        let log = a.events_after(id.clone(), None, 10).await?;
+        assert_eq!(log.len(), if i == 7 { 1 } else { 2 }, "{id}: {log:?}");
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! A turn's two writes in one round trip each: the claim (`ds_claim_turn`) and the terminal
+//! (`ds_settle_turn`), schema functions doing what `Store::claim_turn` and `Store::settle_turn`
+//! do statement by statement on another engine — the fence check under the session's row
+//! lock, the append through `ds_append`, its projection. On the writer's connection every
+//! statement is a round trip: the claim's three statements (fence, append, claim) and the
+//! terminal's four (fence, settle probe, append, release) became one each. The restart sweep's
+//! claim (a `session.execution.started` appended without a fence) uses the claim's function
+//! too.
+//!
+//! The terminal's function covers the common case only: when the session holds a pending input
+//! it writes nothing and says so, and the settlement (which queued prompt is owed the next
+//! turn, the wake marks) runs statement by statement as before, in the same transaction, under
+//! the row lock the function took.
+
+use super::conn::PgConn;
+use super::{claim, event, json_text, seq_param, seq_value};
+use crate::error::StoreError;
+use crate::event::{EventRecord, SessionEvent};
+use crate::id::SessionId;
+
+/// `Store::claim_turn`: the fence check, `session.execution.started` and the claim.
+pub(crate) fn claim_turn(
+    conn: &mut PgConn,
+    session: &SessionId,
+    epoch: u64,
+    boot: &str,
+    now: i64,
+) -> Result<EventRecord, StoreError> {
+    started(conn, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
+}
+
+/// Appends `session.execution.started` of boot `boot` and takes the claim, in one round trip:
+/// after the fence check when `epoch` is given (`None`: fenced, nothing written), without one
+/// otherwise (an append like any other, e.g. the restart sweep's claim).
+pub(crate) fn started(
+    conn: &mut PgConn,
+    session: &SessionId,
+    epoch: Option<u64>,
+    boot: &str,
+    now: i64,
+) -> Result<Option<EventRecord>, StoreError> {
+    let started = SessionEvent::ExecutionStarted {
+        boot: boot.to_owned(),
+    };
+    let kind = started.kind();
+    let data = started.data()?;
+    let text = json_text(&data)?;
+    let node = conn.node_arc();
+    let row = conn.query_one(
+        "SELECT ds_claim_turn($1, $2, $3, $4, $5, $6, $7)",
+        &[
+            &session.as_str(),
+            &&*node,
+            &epoch.map(seq_param),
+            &kind,
+            &text,
+            &now,
+            &boot,
+        ],
+    )?;
+    let Some(seq) = row.try_get::<_, Option<i64>>(0)? else {
+        return Ok(None);
+    };
+    Ok(Some(appended(
+        conn,
+        session,
+        seq_value(seq)?,
+        kind,
+        data,
+        now,
+    )))
+}
+
+/// `Store::settle_turn`: the fence check, then (for a terminal releasing the claim) the
+/// settlement, then the terminal and its projection.
+pub(crate) fn settle_turn(
+    conn: &mut PgConn,
+    session: &SessionId,
+    epoch: u64,
+    terminal: &SessionEvent,
+    now: i64,
+) -> Result<(Option<u64>, EventRecord), StoreError> {
+    let interrupted = match terminal {
+        SessionEvent::ExecutionInterrupted { .. } => true,
+        SessionEvent::ExecutionSucceeded {} | SessionEvent::ExecutionFailed { .. } => false,
+        // Not a terminal: the function's projection (release or nothing) would not be its own.
+        other => {
+            return Err(StoreError::Inconsistent(format!(
+                "{} is not the terminal of a turn",
+                other.kind()
+            )))
+        }
+    };
+    let release = terminal.releases_claim();
+    let kind = terminal.kind();
+    let data = terminal.data()?;
+    let text = json_text(&data)?;
+    let node = conn.node_arc();
+    let row = conn.query_one(
+        "SELECT out_fenced, out_pending, out_seq \
+         FROM ds_settle_turn($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &session.as_str(),
+            &&*node,
+            &seq_param(epoch),
+            &kind,
+            &text,
+            &now,
+            &release,
+            &interrupted,
+        ],
+    )?;
+    if row.try_get::<_, bool>(0)? {
+        return Err(fenced(session, epoch));
+    }
+    if row.try_get::<_, bool>(1)? {
+        // Inputs are pending: settle statement by statement (the fence is checked and the row
+        // stays locked until COMMIT).
+        let next = claim::settle(conn, session)?;
+        let record = event::append(conn, session, terminal, now)?;
+        return Ok((next, record));
+    }
+    let seq = row
+        .try_get::<_, Option<i64>>(2)?
+        .ok_or_else(|| StoreError::Inconsistent("ds_settle_turn appended nothing".into()))?;
+    let record = appended(conn, session, seq_value(seq)?, kind, data, now);
+    Ok((None, record))
+}
+
+/// The record of an event a function appended, noted for the batch's `ds_events`.
+fn appended(
+    conn: &mut PgConn,
+    session: &SessionId,
+    seq: u64,
+    kind: &str,
+    data: serde_json::Value,
+    time: i64,
+) -> EventRecord {
+    conn.appended.push((session.clone(), seq));
+    EventRecord {
+        session_id: session.clone(),
+        seq,
+        kind: kind.to_owned(),
+        data,
+        time,
+    }
+}
+
+fn fenced(session: &SessionId, epoch: u64) -> StoreError {
+    StoreError::Fenced {
+        session_id: session.clone(),
+        epoch,
+    }
+}
