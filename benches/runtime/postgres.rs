@@ -65,6 +65,7 @@ struct Series {
     whole99: Vec<f64>,
     takeover: Vec<f64>,
     takeover_first: Vec<f64>,
+    takeover_sweep: Vec<f64>,
 }
 
 /// Runs the scenario.
@@ -120,13 +121,14 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             let taken = takeover(ctx, &url, plan)?;
             s.takeover.push(taken.last);
             s.takeover_first.push(taken.first);
+            s.takeover_sweep.push(taken.first - taken.lapse);
         }
         let last = |v: &[f64]| v.last().copied().unwrap_or(f64::NAN);
         ctx.log(format_args!(
             "postgres repeat {repeat}: raw commit p50 {:.0} µs, round trip p50 {:.0} µs; one \
              node {:.0} turns/s (batch {:.1}); three nodes {:.0} turns/s; wake->drain-start \
              p50 {:.0} µs, whole turn p50 {:.0} µs (commit p50 {:.0} µs); takeover of {} {:.2} \
-             s (first drain {:.2} s); load {}",
+             s (first drain {:.2} s, {:.2} s after the lease lapsed); load {}",
             last(&s.raw_tx50),
             last(&s.round_trip50),
             last(&s.one),
@@ -138,6 +140,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             plan.takeover_sessions,
             last(&s.takeover),
             last(&s.takeover_first),
+            last(&s.takeover_sweep),
             crate::report::loadavg()
         ));
     }
@@ -295,9 +298,11 @@ async fn latency(url: &str, n: usize) -> BenchResult<Latency> {
     Ok(l)
 }
 
-/// Seconds from the `SIGKILL` of a node to its survivor's first and last resumed drain start.
+/// Seconds from the `SIGKILL` of a node to the lapse of its lease and to its survivor's first
+/// and last resumed drain start.
 #[derive(Debug, Clone, Copy)]
 struct Takeover {
+    lapse: f64,
     first: f64,
     last: f64,
 }
@@ -317,6 +322,7 @@ fn takeover(ctx: &Ctx, url: &str, plan: Plan) -> BenchResult<Takeover> {
         field(&ready, "sessions")?,
         field(&ready, "setup_s")?
     ));
+    let raw = RawPg::open(url)?;
     actix_rt::System::new().block_on(async move {
         let runner = Counting::new(n);
         let rt = node(url, runner.clone(), plan.lease, "survivor")
@@ -324,10 +330,12 @@ fn takeover(ctx: &Ctx, url: &str, plan: Plan) -> BenchResult<Takeover> {
             .await?;
         victim.kill()?;
         let killed = Instant::now();
+        let lease_left = raw.time(Raw::LeaseLeft).await?;
         let last = timed(runner.reached()).await?;
         let first = runner.first().unwrap_or(last);
         rt.shutdown().await;
         Ok(Takeover {
+            lapse: lease_left,
             first: first.duration_since(killed).as_secs_f64(),
             last: last.duration_since(killed).as_secs_f64(),
         })
@@ -449,8 +457,15 @@ fn rows(s: &Series, plan: Plan) -> Vec<Row> {
          survivors look every quarter lease",
         lease * 2.0 / 3.0
     ));
+    let sweep = Row::new(
+        NAME,
+        "takeover: first resumed drain after the lease lapsed",
+        "s",
+        s.takeover_sweep.clone(),
+    )
+    .note("the wait for the survivor's next look (at most a quarter lease), then its sweep");
     vec![
         raw_tx, raw_auto, trip, raw_rate, one, three, commit50, commit99, wake50, wake99, whole50,
-        whole99, take, first,
+        whole99, take, first, sweep,
     ]
 }

@@ -96,7 +96,7 @@ pub fn owner_child(args: &Value) -> BenchResult<Value> {
     actix_rt::System::new().block_on(async move {
         let started = Instant::now();
         let runner = Counting::holding(n);
-        let rt = node(&url, runner.clone(), lease, "victim").start().await?;
+        let rt = node(&url, runner.clone(), lease, VICTIM).start().await?;
         let ids = create_sessions(&rt, n).await?;
         let exec = rt.execution();
         timed(futures::future::try_join_all(
@@ -138,7 +138,13 @@ pub enum Raw {
     Autocommit,
     /// A prepared `SELECT 1`: one round trip, no commit.
     RoundTrip,
+    /// Not a timing: how many seconds the lease of the node named [`VICTIM`] has left (negative
+    /// once it lapsed), by the database's clock.
+    LeaseLeft,
 }
+
+/// The node name of the `pg-owner` child.
+pub const VICTIM: &str = "victim";
 
 impl RawPg {
     /// Connects to `url` and creates the table `raw_commit`.
@@ -171,16 +177,25 @@ impl RawPg {
             while let Ok((what, reply)) = inbox.recv() {
                 v += 1;
                 let t = Instant::now();
+                let us = |done: Result<(), ::postgres::Error>| {
+                    done.map(|()| t.elapsed().as_secs_f64() * 1e6)
+                };
                 let done = match what {
-                    Raw::Transaction => client.transaction().and_then(|mut tx| {
+                    Raw::Transaction => us(client.transaction().and_then(|mut tx| {
                         tx.execute(&insert, &[&v])?;
                         tx.commit()
-                    }),
-                    Raw::Autocommit => client.execute(&insert, &[&v]).map(drop),
-                    Raw::RoundTrip => client.query_one(&select, &[]).map(drop),
+                    })),
+                    Raw::Autocommit => us(client.execute(&insert, &[&v]).map(drop)),
+                    Raw::RoundTrip => us(client.query_one(&select, &[]).map(drop)),
+                    Raw::LeaseLeft => client
+                        .query_one(
+                            "SELECT EXTRACT(EPOCH FROM lease_until - now())::float8 FROM node \
+                             WHERE name = $1",
+                            &[&VICTIM],
+                        )
+                        .map(|row| row.get(0)),
                 };
-                let us = t.elapsed().as_secs_f64() * 1e6;
-                let _ = reply.send(done.map(|()| us).map_err(|e| e.to_string()));
+                let _ = reply.send(done.map_err(|e| e.to_string()));
             }
         });
         ready_rx
@@ -192,7 +207,7 @@ impl RawPg {
         })
     }
 
-    /// Times one `what`, in µs.
+    /// Times one `what`, in µs ([`Raw::LeaseLeft`]: its answer, in s).
     pub async fn time(&self, what: Raw) -> BenchResult<f64> {
         let (tx, rx) = oneshot::channel();
         self.requests
