@@ -90,8 +90,10 @@ async fn a_failing_request_fails_alone_in_a_batch() -> Result<(), StoreError> {
         a.load_session(id.clone()).await?;
     }
     let before = a.stats();
-    // Holds the writer while the claims queue up behind it, so they commit as one batch.
-    let hold = a.inner.persistence.write(|_| {
+    // Holds the writer, in a transaction of its own, while the claims queue up behind it, so
+    // they commit as one batch (a plain write would share its batch with whichever claims were
+    // queued the instant the writer took it).
+    let hold = a.inner.persistence.write_alone(|_| {
         std::thread::sleep(Duration::from_millis(200));
         Ok(())
     });
