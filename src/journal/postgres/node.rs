@@ -248,9 +248,8 @@ fn lease_loop(cfg: &PgConfig, id: &NodeId, tx: &UnboundedSender<Signal>, shared:
                     id.set(new);
                     lost = None;
                     renewed_at = Instant::now();
-                    // The listener follows the new id; whatever the old one owned is now
-                    // another dead node's, to take over.
-                    let _ = tx.send(Signal::Rescan);
+                    // The listener follows the new id and then asks for a rescan: whatever
+                    // the old id owned is now another dead node's, to take over.
                 }
                 Some(Err(e)) => log::warn!("postgres: node {old}: cannot rejoin: {e}"),
                 None => {}
@@ -381,6 +380,10 @@ fn listen_loop(cfg: &PgConfig, id: &NodeId, tx: &UnboundedSender<Signal>, shared
                     break;
                 }
                 me = current;
+                // What the old id owned is to be taken over, and nudges sent to the new
+                // channel before it was listened to were missed: look at the store.
+                let _ = tx.send(Signal::Rescan);
+                rescanned = Instant::now();
             }
             let next = client.notifications().timeout_iter(POLL).next();
             match next {
