@@ -5,7 +5,8 @@
 //! turns at concurrency 1, 64 and 1,000, group commit on and off), `latency` (wake → drain start
 //! and whole-turn p50/p99), `sweep` (restart sweep of 10,000 claimed sessions among 100,000),
 //! `memory` (RSS per idle live actor, and after passivation), `events` (replay of 1,000,000
-//! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP).
+//! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP),
+//! `stream` (live-only events to 100 in-process subscribers).
 //! No scenario named runs them all.
 //!
 //! Every scenario repeats [`REPEATS`] times and measures its own baseline in the same run, so
@@ -40,6 +41,8 @@ mod sse;
 #[cfg(feature = "http")]
 #[path = "runtime/sse_server.rs"]
 mod sse_server;
+#[path = "runtime/stream.rs"]
+mod stream;
 #[path = "runtime/sweep.rs"]
 mod sweep;
 #[path = "runtime/turns.rs"]
@@ -59,8 +62,8 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 pub const REPEATS: usize = 3;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 7] = [
-    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse",
+const SCENARIOS: [&str; 8] = [
+    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "stream",
 ];
 
 /// What every scenario is given.
@@ -117,6 +120,7 @@ fn run_scenario(name: &str, ctx: &Ctx) -> BenchResult<Vec<Row>> {
         "events" => events::run(ctx),
         #[cfg(feature = "http")]
         "sse" => sse::run(ctx),
+        "stream" => stream::run(ctx),
         other => Err(format!("unknown scenario {other}").into()),
     }
 }
