@@ -6,7 +6,8 @@
 //! and whole-turn p50/p99), `sweep` (restart sweep of 10,000 claimed sessions among 100,000),
 //! `memory` (RSS per idle live actor, and after passivation), `events` (replay of 1,000,000
 //! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP),
-//! `stream` (live-only events to 100 in-process subscribers).
+//! `stream` (live-only events to 100 in-process subscribers), `growth` (the same workload on
+//! databases of 1,000 to 1,000,000 sessions in steady state, and a 10,000-message transcript).
 //! No scenario named runs them all.
 //!
 //! Every scenario repeats [`REPEATS`] times and measures its own baseline in the same run, so
@@ -27,6 +28,8 @@ mod child;
 mod db;
 #[path = "runtime/events.rs"]
 mod events;
+#[path = "runtime/growth.rs"]
+mod growth;
 #[path = "runtime/latency.rs"]
 mod latency;
 #[path = "runtime/memory.rs"]
@@ -62,8 +65,8 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 pub const REPEATS: usize = 3;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 8] = [
-    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "stream",
+const SCENARIOS: [&str; 9] = [
+    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "stream", "growth",
 ];
 
 /// What every scenario is given.
@@ -121,6 +124,7 @@ fn run_scenario(name: &str, ctx: &Ctx) -> BenchResult<Vec<Row>> {
         #[cfg(feature = "http")]
         "sse" => sse::run(ctx),
         "stream" => stream::run(ctx),
+        "growth" => growth::run(ctx),
         other => Err(format!("unknown scenario {other}").into()),
     }
 }

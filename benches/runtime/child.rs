@@ -71,6 +71,7 @@ pub fn dispatch() -> Option<ExitCode> {
             "memory" => crate::memory::child(&args),
             "memory-floor" => crate::memory::floor_child(&args),
             "seed" => crate::db::seed_child(&args),
+            "growth-turns" => crate::growth::turns_child(&args),
             #[cfg(feature = "http")]
             "sse-server" => crate::sse_server::child(&args),
             other => Err(format!("unknown child scenario {other}").into()),
