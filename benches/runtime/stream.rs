@@ -106,10 +106,13 @@ impl Plan {
     }
 }
 
+/// Each session's plan.
+type Plans = Vec<(SessionId, Arc<Plan>)>;
+
 /// The runner: each session's drain publishes what its [`Plan`] says.
 #[derive(Debug, Clone, Default)]
 struct Deltas {
-    plans: Arc<Mutex<Vec<(SessionId, Arc<Plan>)>>>,
+    plans: Arc<Mutex<Plans>>,
 }
 
 impl Deltas {
@@ -164,7 +167,7 @@ struct Seen {
 async fn follow(mut stream: SessionStream, plan: Arc<Plan>) -> BenchResult<Seen> {
     let mut seen = Seen::default();
     loop {
-        match timed(stream.next()).await? {
+        match stream.next().await {
             Some(Ok(StreamItem::Live(event))) => {
                 let now = stamp_ns();
                 let t = event.data["t"]
@@ -198,7 +201,9 @@ async fn open(
     let mut tasks = Vec::new();
     for _ in 0..n {
         let stream = sessions.stream(id, None).await?;
-        tasks.push(actix_rt::spawn(follow(stream, plan.clone())));
+        // One timeout for the whole stream (a timer per item would cost more than the item).
+        let follow = timed(follow(stream, plan.clone()));
+        tasks.push(actix_rt::spawn(async move { follow.await? }));
     }
     Ok(tasks)
 }
