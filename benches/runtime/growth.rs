@@ -16,6 +16,7 @@
 //!   5 runtimes started one after the other, and the median of the calls after it);
 //! - `Sessions::list`: the first page of 100 (newest first; all and top-level), a search that
 //!   matches nothing, a search every title matches, and a two-character search;
+//! - `Sessions::create`, one at a time (p50, p99): what indexing the title costs;
 //! - bytes on disk per session (after seeding) and per turn (the history's growth);
 //! - the WAL frames one group commit of 500 claims (and of 500 releases) appends, by rusqlite
 //!   on the file after the measurements, with the frames of each statement alone: which
@@ -77,6 +78,8 @@ struct Size {
     search_none: Vec<f64>,
     search_all: Vec<f64>,
     search_short: Vec<f64>,
+    create50: Vec<f64>,
+    create99: Vec<f64>,
     /// WAL frames per commit: claims, releases, then each statement alone (sequence upsert,
     /// event insert, claim update).
     frames: [f64; 5],
@@ -101,6 +104,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         wakes: ctx.pick(200, 30),
         reads: ctx.pick(20, 5),
         starts: ctx.pick(5, 2),
+        creates: ctx.pick(200, 20),
     };
     let mut figures = Vec::new();
     let mut context: Option<[Vec<f64>; 2]> = None;
@@ -174,7 +178,8 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             ctx.log(format_args!(
                 "growth {n} repeat {repeat}: {:.0} turns/s (batch {:.0}); wake->drain p50 \
                  {:.0} µs; sweep {:.2} ms (warm {:.2}); list {:.2} ms, top-level {:.2} ms; \
-                 search none {:.2} ms, all {:.2} ms, short {:.2} ms",
+                 search none {:.2} ms, all {:.2} ms, short {:.2} ms; create p50 {:.0} µs, p99 \
+                 {:.0} µs",
                 s.turns_per_s,
                 s.batch,
                 r.wake,
@@ -184,7 +189,9 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
                 r.list_top,
                 r.search_none,
                 r.search_all,
-                r.search_short
+                r.search_short,
+                r.create[0],
+                r.create[1]
             ));
             size.wake.push(r.wake);
             size.sweep_first.push(r.sweep_first);
@@ -194,6 +201,8 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             size.search_none.push(r.search_none);
             size.search_all.push(r.search_all);
             size.search_short.push(r.search_short);
+            size.create50.push(r.create[0]);
+            size.create99.push(r.create[1]);
         }
         if context.is_none() {
             let c = actix_rt::System::new().block_on(long_transcript(
@@ -342,6 +351,23 @@ fn rows(
             rows.push(row);
         }
     }
+    for s in figures {
+        rows.push(Row::new(
+            NAME,
+            format!("Sessions::create p50, one at a time, {}", at(s)),
+            "µs",
+            s.create50.clone(),
+        ));
+        rows.push(
+            Row::new(
+                NAME,
+                format!("Sessions::create p99, one at a time, {}", at(s)),
+                "µs",
+                s.create99.clone(),
+            )
+            .note("each create also adds its title to the title index (FTS5 segments, merged 16 at a time)"),
+        );
+    }
     let empty = Row::new(
         NAME,
         "context_after turn p50, empty transcript",
@@ -468,6 +494,8 @@ struct Probes {
     reads: usize,
     /// Runtimes started (one after the other) to time the sweep a start runs.
     starts: usize,
+    /// Sessions created one at a time.
+    creates: usize,
 }
 
 /// One repeat's reads and wake latency (ms, except `wake` in µs).
@@ -481,6 +509,8 @@ struct Reads {
     search_none: f64,
     search_all: f64,
     search_short: f64,
+    /// `Sessions::create` p50 and p99, µs.
+    create: [f64; 2],
 }
 
 /// The drains of the reads' runtime: every drain sends the instant it started; a session with
@@ -636,6 +666,18 @@ async fn reads(path: &Path, ids: &[SessionId], probes: Probes) -> BenchResult<Re
         wakes.push(start.duration_since(before).as_secs_f64() * 1e6);
     }
     r.wake = percentile(&wakes, 50.0);
+    // Sessions created one at a time (each adds its title to the title index).
+    let mut creates = Vec::with_capacity(probes.creates);
+    for _ in 0..probes.creates {
+        let (created, t) = ms(sessions.create(CreateSession {
+            directory: "/bench".into(),
+            ..CreateSession::default()
+        }))
+        .await;
+        created?;
+        creates.push(t * 1e3);
+    }
+    r.create = [percentile(&creates, 50.0), percentile(&creates, 99.0)];
     rt.shutdown().await;
     Ok(r)
 }
