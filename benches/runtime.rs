@@ -6,6 +6,8 @@
 //! and whole-turn p50/p99), `sweep` (restart sweep of 10,000 claimed sessions among 100,000),
 //! `memory` (RSS per idle live actor, and after passivation), `events` (replay of 1,000,000
 //! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP),
+//! `stream` (live-only events to 100 in-process subscribers), `growth` (the same workload on
+//! databases of 1,000 to 1,000,000 sessions in steady state, and a 10,000-message transcript),
 //! `postgres` (feature `postgres`: turns/s on one and three nodes, latency and takeover on a
 //! throwaway local PostgreSQL). No scenario named runs them all (`postgres` only when built with
 //! its feature).
@@ -28,6 +30,8 @@ mod child;
 mod db;
 #[path = "runtime/events.rs"]
 mod events;
+#[path = "runtime/growth.rs"]
+mod growth;
 #[path = "runtime/latency.rs"]
 mod latency;
 #[path = "runtime/memory.rs"]
@@ -48,6 +52,8 @@ mod sse;
 #[cfg(feature = "http")]
 #[path = "runtime/sse_server.rs"]
 mod sse_server;
+#[path = "runtime/stream.rs"]
+mod stream;
 #[path = "runtime/sweep.rs"]
 mod sweep;
 #[path = "runtime/turns.rs"]
@@ -67,8 +73,9 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 pub const REPEATS: usize = 3;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 8] = [
-    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "postgres",
+const SCENARIOS: [&str; 10] = [
+    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "stream", "growth",
+    "postgres",
 ];
 
 /// What every scenario is given.
@@ -125,6 +132,8 @@ fn run_scenario(name: &str, ctx: &Ctx) -> BenchResult<Vec<Row>> {
         "events" => events::run(ctx),
         #[cfg(feature = "http")]
         "sse" => sse::run(ctx),
+        "stream" => stream::run(ctx),
+        "growth" => growth::run(ctx),
         #[cfg(feature = "postgres")]
         "postgres" => postgres::run(ctx),
         #[cfg(not(feature = "postgres"))]

@@ -72,6 +72,7 @@ pub fn dispatch() -> Option<ExitCode> {
             "memory" => crate::memory::child(&args),
             "memory-floor" => crate::memory::floor_child(&args),
             "seed" => crate::db::seed_child(&args),
+            "growth-turns" => crate::growth::turns_child(&args),
             #[cfg(feature = "postgres")]
             "pg-turns" => crate::postgres_node::turns_child(&args),
             #[cfg(feature = "postgres")]

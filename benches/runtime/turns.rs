@@ -4,6 +4,9 @@
 //!
 //! Every configuration runs for a fixed window (or a cap of turns, whichever ends first) on a
 //! fresh copy of one seeded database; turns/s = turns completed / time until the last returned.
+//! *Fresh*: the sessions have no history (their `session.created` only), which is why every
+//! label says so; `growth` measures the same workload in steady state (≥ 100 turns of history
+//! per session, on databases of up to 1,000,000 sessions).
 //! Actors are spawned before the window (a no-op `interrupt` to every session), so the figure
 //! is steady-state turns, not actor start-up. Baseline: the naive turn, measured on the same
 //! database file just before each run (so each ratio compares figures taken seconds apart).
@@ -24,16 +27,19 @@ const NAME: &str = "turns";
 
 /// One measured configuration.
 #[derive(Debug, Clone, Copy)]
-struct Config {
-    sync: Synchronous,
-    group: bool,
-    concurrency: usize,
+pub struct Config {
+    /// SQLite `synchronous`.
+    pub sync: Synchronous,
+    /// Group commit on.
+    pub group: bool,
+    /// Tasks resuming sessions at once.
+    pub concurrency: usize,
 }
 
 impl Config {
     fn label(&self) -> String {
         format!(
-            "turns/s c={} {} {}",
+            "turns/s c={} {} {} fresh",
             self.concurrency,
             self.sync.as_pragma(),
             if self.group { "group" } else { "no-group" }
@@ -43,10 +49,11 @@ impl Config {
 
 /// What one run of a configuration measured.
 #[derive(Debug, Clone, Copy)]
-struct Sample {
-    turns_per_s: f64,
+pub struct Sample {
+    /// Turns completed per second.
+    pub turns_per_s: f64,
     /// Writer requests per committed transaction during the window.
-    batch: f64,
+    pub batch: f64,
 }
 
 /// Runs the scenario.
@@ -128,8 +135,8 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     Ok(rows)
 }
 
-/// Measures one configuration in its own actix system on a fresh database copy.
-fn measure(
+/// Measures one configuration in its own actix system on the database at `path`.
+pub fn measure(
     path: &Path,
     config: Config,
     ids: &[SessionId],

@@ -211,7 +211,8 @@ fn a_node_that_lost_its_lease_rejoins_under_a_new_id() -> Result<(), StoreError>
     );
     // The listener asks for a rescan once it follows the new id.
     assert_eq!(
-        wait_for(&mut rx, any, |s| *s == Signal::Rescan && &*a.node.id() != "a"),
+        wait_for(&mut rx, any, |s| *s == Signal::Rescan
+            && &*a.node.id() != "a"),
         Some(Signal::Rescan)
     );
     let new = a.node.id();

@@ -67,41 +67,47 @@ pub(crate) fn count_adoption(conn: &Connection, id: &SessionId) -> Result<Option
     Ok(stmt.query_row([id.as_str()], |row| row.get(0)).optional()?)
 }
 
+/// The query behind [`list_claimed`]: read through `session_claimed`, in its order.
+const LIST_CLAIMED_SQL: &str = "SELECT id FROM session \
+     WHERE time_suspended IS NOT NULL AND parent_id IS NULL \
+       AND (?1 IS NULL OR claim_boot IS NULL OR claim_boot <> ?1) \
+     ORDER BY time_suspended, id";
+
 /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot` (a
 /// claim without a boot is never excluded).
 pub(crate) fn list_claimed(
     conn: &Connection,
     exclude_boot: Option<&str>,
 ) -> Result<Vec<SessionId>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT id FROM session \
-         WHERE time_suspended IS NOT NULL AND parent_id IS NULL \
-           AND (?1 IS NULL OR claim_boot IS NULL OR claim_boot <> ?1) \
-         ORDER BY time_suspended, id",
-    )?;
+    let mut stmt = conn.prepare_cached(LIST_CLAIMED_SQL)?;
     let ids = stmt
         .query_map([exclude_boot], |row| row.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     ids.into_iter().map(session_id).collect()
 }
 
+/// The statement behind [`release_child_claims`]. `+parent_id`: it reads the claims
+/// (`session_claimed`), not every child (`session_parent`).
+const RELEASE_CHILD_CLAIMS_SQL: &str = "UPDATE session SET time_suspended = NULL, \
+     resume_attempts = 0, claim_boot = NULL, claim_seq = NULL \
+     WHERE time_suspended IS NOT NULL AND +parent_id IS NOT NULL \
+     AND (claim_boot IS NULL OR claim_boot <> ?1)";
+
 /// Releases every child session claimed by a boot other than `boot` (children are never
 /// resumed on their own; a claim of `boot` is a child turn running in this process). Returns
 /// how many claims were released.
 pub(crate) fn release_child_claims(conn: &Connection, boot: &str) -> Result<usize, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
-         claim_seq = NULL WHERE time_suspended IS NOT NULL AND parent_id IS NOT NULL \
-         AND (claim_boot IS NULL OR claim_boot <> ?1)",
-    )?;
+    let mut stmt = conn.prepare_cached(RELEASE_CHILD_CLAIMS_SQL)?;
     Ok(stmt.execute([boot])?)
 }
 
+/// The query behind [`claim_counts`].
+const CLAIM_COUNTS_SQL: &str =
+    "SELECT COUNT(*), ?1 - MIN(time_suspended) FROM session WHERE time_suspended IS NOT NULL";
+
 /// How many sessions hold a claim, and `now` minus the oldest claim's time.
 pub(crate) fn claim_counts(conn: &Connection, now: i64) -> Result<(i64, Option<i64>), StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT COUNT(*), ?1 - MIN(time_suspended) FROM session WHERE time_suspended IS NOT NULL",
-    )?;
+    let mut stmt = conn.prepare_cached(CLAIM_COUNTS_SQL)?;
     Ok(stmt.query_row([now], |row| Ok((row.get(0)?, row.get(1)?)))?)
 }
 
@@ -130,6 +136,50 @@ mod tests {
     use super::*;
     use crate::journal::sqlite::get_session;
     use crate::journal::sqlite::test_support::{create, sid, test_db};
+
+    /// The detail lines of `EXPLAIN QUERY PLAN` for `sql`.
+    fn plan(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<String>> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+        // Unbound parameters are NULL: the plan does not depend on them.
+        let mut rows = stmt.raw_query();
+        let mut lines = Vec::new();
+        while let Some(row) = rows.next()? {
+            lines.push(row.get::<_, String>(3)?);
+        }
+        Ok(lines)
+    }
+
+    /// What the restart sweep reads at start costs what is claimed or owed, not the number of
+    /// sessions: no statement scans `session` or reads it through the parent index (where
+    /// every top-level session has the same key).
+    #[test]
+    fn the_sweeps_reads_visit_claims_and_wake_marks_only() -> Result<(), StoreError> {
+        let db = test_db()?;
+        create(&db.conn, "a", None, 1)?;
+        create(&db.conn, "child", Some("a"), 2)?;
+        let sweep = [
+            LIST_CLAIMED_SQL,
+            RELEASE_CHILD_CLAIMS_SQL,
+            CLAIM_COUNTS_SQL,
+            crate::journal::sqlite::recovery::ADOPTABLE_SQL,
+        ];
+        for sql in sweep {
+            let lines = plan(&db.conn, sql)?;
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains("session_claimed") || l.contains("session_input_wake")),
+                "{sql}: {lines:?}"
+            );
+            for line in &lines {
+                assert!(
+                    !line.contains("session_parent") && !line.starts_with("SCAN s"),
+                    "{sql}: {lines:?}"
+                );
+            }
+        }
+        Ok(())
+    }
 
     #[test]
     fn second_claim_keeps_first_time_and_time_updated() -> Result<(), StoreError> {

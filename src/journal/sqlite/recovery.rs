@@ -57,14 +57,16 @@ pub(crate) fn mark_interrupted(
     Ok(())
 }
 
+/// The query behind [`adoptable`]: read from the inbox's wake marks (`session_input_wake`).
+pub(super) const ADOPTABLE_SQL: &str = "SELECT DISTINCT i.session_id \
+     FROM session_input i JOIN session s ON s.id = i.session_id \
+     WHERE i.promoted_seq IS NULL AND i.wake = 1 \
+       AND s.time_suspended IS NULL AND s.parent_id IS NULL \
+     ORDER BY i.session_id";
+
 /// Top-level sessions holding no claim whose pending inputs are owed a turn, in id order.
 pub(crate) fn adoptable(conn: &Connection) -> Result<Vec<SessionId>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT DISTINCT i.session_id FROM session_input i JOIN session s ON s.id = i.session_id \
-         WHERE i.promoted_seq IS NULL AND i.wake = 1 \
-           AND s.time_suspended IS NULL AND s.parent_id IS NULL \
-         ORDER BY i.session_id",
-    )?;
+    let mut stmt = conn.prepare_cached(ADOPTABLE_SQL)?;
     let ids = stmt
         .query_map([], |row| row.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;

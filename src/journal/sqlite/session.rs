@@ -99,10 +99,45 @@ fn escape_like(s: &str) -> String {
     out
 }
 
+/// A search with this many candidates or more in the title index reads the sessions in order
+/// instead (see [`list_sessions`]).
+const SEARCH_CANDIDATES: i64 = 4096;
+
+/// `search` as an FTS5 string (a phrase: the trigram tokenizer matches it as a substring).
+fn fts_phrase(search: &str) -> String {
+    format!("\"{}\"", search.replace('"', "\"\""))
+}
+
+/// Whether a search for `search` should read the title index's candidates rather than the
+/// sessions in order: the text has a trigram (three characters or more) and fewer than
+/// [`SEARCH_CANDIDATES`] titles hold all of its trigrams in sequence.
+fn few_candidates(conn: &Connection, search: &str) -> Result<bool, StoreError> {
+    if search.chars().count() < 3 {
+        return Ok(false);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT COUNT(*) FROM (SELECT 1 FROM session_search WHERE session_search MATCH ?1 \
+         LIMIT ?2)",
+    )?;
+    let found: i64 = stmt.query_row(
+        rusqlite::params![fts_phrase(search), SEARCH_CANDIDATES],
+        |row| row.get(0),
+    )?;
+    Ok(found < SEARCH_CANDIDATES)
+}
+
 /// Sessions matching `query`, keyset-paged on `(time_created, id)`.
 ///
 /// A `Previous` anchor reads the page before the anchor by scanning in the opposite order and
 /// reversing the rows, so every page reads in the requested order.
+///
+/// A search is `title LIKE '%text%'` (ASCII case-insensitive, wildcards escaped) either way;
+/// what differs is which rows it tests. When the title index (`session_search`, trigrams) has
+/// few candidates for the text, only they are read (by rowid, then sorted): a search matching
+/// nothing costs a probe of the index, not a scan of every title. A text shorter than three
+/// characters has no trigram, and a text most titles contain is found sooner by reading the
+/// sessions in order until the page is full: both scan as before. The index folds case at
+/// least as widely as `LIKE` (Unicode, not only ASCII), so its candidates hold every match.
 pub(crate) fn list_sessions(
     conn: &Connection,
     query: &ListQuery,
@@ -124,9 +159,18 @@ pub(crate) fn list_sessions(
             clauses.push(format!("parent_id = {}", param(parent.to_string().into())));
         }
     }
+    let mut from = String::from("session");
     if let Some(search) = &query.search {
         let pattern = param(format!("%{}%", escape_like(search)).into());
         clauses.push(format!(r"title LIKE {pattern} ESCAPE '\'"));
+        if few_candidates(conn, search)? {
+            // `CROSS JOIN` keeps the candidates as the outer loop, whatever else filters.
+            let phrase = param(fts_phrase(search).into());
+            from = format!(
+                "(SELECT rowid AS hit FROM session_search WHERE session_search MATCH {phrase}) \
+                 CROSS JOIN session ON session.rowid = hit"
+            );
+        }
     }
     let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
     let order = if previous {
@@ -153,9 +197,9 @@ pub(crate) fn list_sessions(
         concat!(
             "SELECT ",
             session_columns!(),
-            " FROM session{} ORDER BY time_created {}, id {} LIMIT {}"
+            " FROM {}{} ORDER BY time_created {}, id {} LIMIT {}"
         ),
-        filter, dir, dir, limit
+        from, filter, dir, dir, limit
     );
 
     let mut stmt = conn.prepare_cached(&sql)?;
@@ -328,6 +372,105 @@ mod tests {
         assert_eq!(ids(&list_sessions(&db.conn, &search("e_c"))?), ["d"]);
         assert_eq!(ids(&list_sessions(&db.conn, &search(r"k\s"))?), ["f"]);
         assert!(list_sessions(&db.conn, &search("%%"))?.is_empty());
+        Ok(())
+    }
+
+    /// The title index only chooses which rows the `LIKE` tests: ASCII case folds, other case
+    /// does not, quotes are literal, and texts under three characters scan as before.
+    #[test]
+    fn list_search_through_the_title_index_keeps_like_semantics() -> Result<(), StoreError> {
+        let db = test_db()?;
+        for (id, time, title) in [
+            ("a", 1, "Plain Title"),
+            ("b", 2, "Élan vital"),
+            ("c", 3, r#"they say "hi" twice"#),
+            ("d", 4, "an"),
+            ("e", 5, "日本語のタイトル"),
+        ] {
+            let mut s = info(id, None, time);
+            s.title = title.into();
+            create_session(&db.conn, &s)?;
+        }
+        let search = |text: &str| -> Result<Vec<String>, StoreError> {
+            let q = ListQuery {
+                search: Some(text.into()),
+                ..ListQuery::default()
+            };
+            Ok(ids(&list_sessions(&db.conn, &q)?)
+                .into_iter()
+                .map(String::from)
+                .collect())
+        };
+        assert!(few_candidates(&db.conn, "plain")?);
+        assert_eq!(search("plain tITLE")?, ["a"]);
+        assert_eq!(search("Élan")?, ["b"]);
+        assert!(search("éLAN")?.is_empty(), "LIKE folds ASCII only");
+        assert_eq!(search(r#"say "hi""#)?, ["c"]);
+        assert_eq!(search(r#"""#)?, ["c"]);
+        assert_eq!(search("an")?, ["d", "b"], "two characters: a LIKE scan");
+        assert_eq!(search("本語の")?, ["e"]);
+        assert_eq!(search("日本")?, ["e"]);
+        assert!(search("no such title")?.is_empty());
+        Ok(())
+    }
+
+    /// A text most titles hold reads the sessions in order; the page is the same.
+    #[test]
+    fn list_search_with_many_candidates_reads_in_order() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let n = SEARCH_CANDIDATES + 4;
+        db.conn.execute_batch("BEGIN")?;
+        for i in 0..n {
+            let mut s = info(&format!("s{i:05}"), None, i);
+            s.title = format!("common title {i}");
+            create_session(&db.conn, &s)?;
+        }
+        db.conn.execute_batch("COMMIT")?;
+        assert!(!few_candidates(&db.conn, "common")?);
+        let page = ListQuery {
+            search: Some("COMMON".into()),
+            limit: Some(3),
+            ..ListQuery::default()
+        };
+        let newest: Vec<String> = (n - 3..n).rev().map(|i| format!("s{i:05}")).collect();
+        assert_eq!(ids(&list_sessions(&db.conn, &page)?), newest);
+        let one = ListQuery {
+            search: Some(format!("title {}", n - 1)),
+            ..ListQuery::default()
+        };
+        assert!(few_candidates(&db.conn, "title 12")?);
+        assert_eq!(ids(&list_sessions(&db.conn, &one)?), [newest[0].as_str()]);
+        Ok(())
+    }
+
+    /// Deleting a session takes its title out of the index; an id created again is found by
+    /// its new title only.
+    #[test]
+    fn the_title_index_follows_deletions() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let mut s = info("a", None, 1);
+        s.title = "first title".into();
+        create_session(&db.conn, &s)?;
+        crate::journal::sqlite::delete_session(&db.conn, &sid("a"))?;
+        let search = |text: &str| ListQuery {
+            search: Some(text.into()),
+            ..ListQuery::default()
+        };
+        assert!(list_sessions(&db.conn, &search("first"))?.is_empty());
+        s.title = "second title".into();
+        create_session(&db.conn, &s)?;
+        assert!(list_sessions(&db.conn, &search("first"))?.is_empty());
+        assert_eq!(ids(&list_sessions(&db.conn, &search("second"))?), ["a"]);
+        let (rows,): (i64,) = db.conn.query_row(
+            "SELECT COUNT(*) FROM session_search WHERE session_search MATCH 'title'",
+            [],
+            |r| Ok((r.get(0)?,)),
+        )?;
+        assert_eq!(rows, 1);
+        db.conn.execute(
+            "INSERT INTO session_search(session_search) VALUES ('integrity-check')",
+            [],
+        )?;
         Ok(())
     }
 
