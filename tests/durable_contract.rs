@@ -9,7 +9,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+#[cfg(feature = "crash-points")]
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,7 +26,9 @@ use futures::FutureExt;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use common::{sid, test_builder, wait_for_event, wait_until_committed, Harness, WAIT};
+#[cfg(feature = "crash-points")]
+use common::wait_for_event;
+use common::{sid, test_builder, wait_until_committed, Harness, WAIT};
 
 #[cfg(feature = "crash-points")]
 /// Selects the child's role; set only in child processes.

@@ -7,8 +7,11 @@
 //! database, then `DS_BENCH_CHILD=memory DS_BENCH_ARGS='{"db":"/tmp/m.db","n":5000,
 //! "idle_ms":20000}' valgrind --tool=massif <bench binary>` profiles the memory scenario.
 
+#[cfg(feature = "postgres")]
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+#[cfg(feature = "postgres")]
+use std::process::{Child, ChildStdin, ChildStdout};
+use std::process::{Command, ExitCode, Stdio};
 
 use serde_json::Value;
 
@@ -101,9 +104,11 @@ pub fn field(value: &Value, name: &str) -> BenchResult<f64> {
         .ok_or_else(|| format!("child result lacks `{name}`: {value}").into())
 }
 
-/// A child the parent talks to while it runs (a node of a cluster): it announces steps with
-/// [`announce`] lines, waits for the parent's [`Live::send`] with [`wait_for_parent`], and
-/// prints its `DS_BENCH_RESULT` line at the end. Killed (`SIGKILL`) and reaped on drop.
+/// A child the parent talks to while it runs (a node of a cluster; feature `postgres`): it
+/// announces steps with [`announce`] lines, waits for the parent's [`Live::send`] with
+/// [`from_parent`], and prints its `DS_BENCH_RESULT` line at the end. Killed (`SIGKILL`) and
+/// reaped on drop.
+#[cfg(feature = "postgres")]
 #[derive(Debug)]
 pub struct Live {
     kind: String,
@@ -113,8 +118,10 @@ pub struct Live {
 }
 
 /// The prefix of a step a live child announces: `DS_BENCH_STEP <name> <json>`.
+#[cfg(feature = "postgres")]
 const STEP: &str = "DS_BENCH_STEP ";
 
+#[cfg(feature = "postgres")]
 impl Live {
     /// Starts the child scenario `kind` with `args`, its stdin and stdout piped to us.
     pub fn start(kind: &str, args: &Value) -> BenchResult<Self> {
@@ -190,6 +197,7 @@ impl Live {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl Drop for Live {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
@@ -200,6 +208,7 @@ impl Drop for Live {
 }
 
 /// In a live child: tells the parent that `step` was reached, with `value`.
+#[cfg(feature = "postgres")]
 pub fn announce(step: &str, value: &Value) {
     println!("{STEP}{step} {value}");
     let _ = std::io::stdout().flush();
@@ -207,6 +216,7 @@ pub fn announce(step: &str, value: &Value) {
 
 /// In a live child: resolves with the next line the parent sends (empty once it closed our
 /// stdin). The line is read on a thread of its own, so the actix system keeps running.
+#[cfg(feature = "postgres")]
 pub fn from_parent() -> futures::channel::oneshot::Receiver<String> {
     let (tx, rx) = futures::channel::oneshot::channel();
     std::thread::spawn(move || {

@@ -75,6 +75,7 @@ impl Counting {
     }
 
     /// Counts towards `target` drain starts; every drain stays pending until cancelled.
+    #[cfg(feature = "postgres")]
     pub fn holding(target: usize) -> Self {
         Self {
             hold: true,
@@ -83,6 +84,7 @@ impl Counting {
     }
 
     /// When the first drain started, if one did.
+    #[cfg(feature = "postgres")]
     pub fn first(&self) -> Option<Instant> {
         *self
             .state

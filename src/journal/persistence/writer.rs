@@ -8,9 +8,10 @@
 //!
 //! Where savepoints cost a round trip each (`WriterConnection::optimistic_batches`:
 //! PostgreSQL), a batch first runs without them and commits as is when every request
-//! succeeded; when one fails, the batch is rolled back and runs again, a savepoint per request.
-//! A request may therefore run twice; every request may already (a retry after a transient
-//! error), and nothing of a rolled-back run is stored or published.
+//! succeeded; when one fails, the batch is rolled back and runs again, a savepoint per request
+//! (the failed request alone after it, when its error may clear on retry). A request may
+//! therefore run twice; every request may already (a retry after a transient error), and
+//! nothing of a rolled-back run is stored or published.
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -158,9 +159,12 @@ impl WriterActor {
         let size = batch.len() as u64;
         self.count_transaction(size);
         let mut events = Vec::new();
+        // A request that failed the savepoint-free run with an error that may clear: it runs
+        // alone after the batch.
+        let mut held_out = None;
         if self.conn.optimistic_batches() {
             match Self::transact_optimistic(&mut *self.conn, &mut batch, &mut events) {
-                Ok(true) => {
+                Ok(None) => {
                     for job in batch {
                         job.complete(Ok(()));
                     }
@@ -168,8 +172,17 @@ impl WriterActor {
                     return;
                 }
                 // A request failed: everything was rolled back; run the batch again, a
-                // savepoint per request, where the failure stays the request's own.
-                Ok(false) => events.clear(),
+                // savepoint per request, where the failure stays the request's own. A request
+                // that failed with a transient error (a lock wait that timed out, a deadlock)
+                // would most likely wait on the same lock again and hold up the whole batch a
+                // second time: it runs alone after the batch, as it would after failing in
+                // its savepoint.
+                Ok(Some(at)) => {
+                    events.clear();
+                    if batch.get(at).is_some_and(|job| job.retryable()) {
+                        held_out = Some(batch.remove(at));
+                    }
+                }
                 Err(e) => {
                     self.conn.rollback();
                     log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
@@ -215,6 +228,9 @@ impl WriterActor {
                     job.complete(Err(&e));
                 }
             }
+        }
+        if let Some(job) = held_out {
+            self.commit_alone(job);
         }
     }
 
@@ -285,17 +301,17 @@ impl WriterActor {
         }
     }
 
-    /// Runs the batch without savepoints. `Ok(true)`: every request succeeded and the batch
-    /// committed. `Ok(false)`: a request failed (or the engine aborted the transaction), and
-    /// the transaction was rolled back: nothing of the batch is stored, and every request may
-    /// run again. `Err`: `BEGIN` or `COMMIT` failed; nothing is stored.
+    /// Runs the batch without savepoints. `Ok(None)`: every request succeeded and the batch
+    /// committed. `Ok(Some(i))`: request `i` failed (or the engine aborted the transaction
+    /// while it ran), and the transaction was rolled back: nothing of the batch is stored, and
+    /// every request may run again. `Err`: `BEGIN` or `COMMIT` failed; nothing is stored.
     fn transact_optimistic(
         conn: &mut dyn WriterConnection,
         batch: &mut [Box<dyn Job>],
         events: &mut Vec<EventRecord>,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<usize>, StoreError> {
         conn.begin()?;
-        for job in batch.iter_mut() {
+        for (i, job) in batch.iter_mut().enumerate() {
             let mut ctx = WriteCtx {
                 store: conn.store(),
                 events: Vec::new(),
@@ -304,12 +320,12 @@ impl WriterActor {
             let published = std::mem::take(&mut ctx.events);
             if !ok || !conn.in_transaction() {
                 conn.rollback();
-                return Ok(false);
+                return Ok(Some(i));
             }
             events.extend(published);
         }
         conn.commit()?;
-        Ok(true)
+        Ok(None)
     }
 
     fn transact(

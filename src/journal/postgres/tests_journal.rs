@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::tests::{config, pg_db};
-use super::{open, Node};
+use super::{open, Node, PgConfig};
 use crate::error::StoreError;
 use crate::journal::backend::{Nudge, Ownership, Route, Signal};
 use crate::journal::persistence::Persistence;
@@ -22,7 +22,12 @@ pub(super) fn journal(
     db: &super::tests::PgDb,
     node: &str,
 ) -> (Journal, Node, UnboundedReceiver<Signal>) {
-    let backend = open(&config(db, node)).expect("open the postgres backend");
+    journal_with(&config(db, node))
+}
+
+/// A journal over the node `cfg` describes, its node and the node's signals.
+pub(super) fn journal_with(cfg: &PgConfig) -> (Journal, Node, UnboundedReceiver<Signal>) {
+    let backend = open(cfg).expect("open the postgres backend");
     let signals = backend.node.take_signals().expect("signals");
     let persistence =
         Persistence::start(backend.readers, backend.writer, true, 1024).expect("start");

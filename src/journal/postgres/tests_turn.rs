@@ -1,13 +1,16 @@
 //! A turn's writes on PostgreSQL: the schema functions behind `Store::claim_turn` and
 //! `Store::settle_turn` are fenced like `check_fence` and write nothing when fenced, and a
-//! batch the writer runs without savepoints keeps a failing request's failure its own.
+//! batch the writer runs without savepoints keeps a failing request's failure its own (and a
+//! request failing on a lock does not hold its batch up twice).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::tests::{pg_conn, pg_db};
-use super::tests_journal::journal;
+use super::tests::{config, pg_conn, pg_db};
+use super::tests_journal::{journal, journal_with};
+use super::PgConfig;
 use crate::error::StoreError;
 use crate::event::{kind, SessionEvent};
 use crate::id::SessionId;
@@ -116,6 +119,79 @@ async fn a_failing_request_fails_alone_in_a_batch() -> Result<(), StoreError> {
     for (i, id) in ids.iter().enumerate() {
         let log = a.events_after(id.clone(), None, 10).await?;
         assert_eq!(log.len(), if i == 7 { 1 } else { 2 }, "{id}: {log:?}");
+    }
+    Ok(())
+}
+
+/// A request of a batch that fails on a lock another transaction holds (its wait timed out, an
+/// error that may clear) runs alone after its batch: the other requests commit after one lock
+/// wait, not after a second one in the batch's run with savepoints.
+#[actix_rt::test]
+async fn a_request_failing_on_a_lock_runs_alone_after_its_batch() -> Result<(), StoreError> {
+    let Some(db) = pg_db("turn_lock") else {
+        return Ok(());
+    };
+    // The node's connections wait at most a lease for a lock (`lock_timeout`).
+    let lease = Duration::from_secs(2);
+    let (a, _node, _signals) = journal_with(&PgConfig {
+        lease,
+        ..config(&db, "a")
+    });
+    let ids: Vec<SessionId> = (0..5).map(|i| sid(&format!("s{i}"))).collect();
+    for id in &ids {
+        a.create_session(info(id.as_str(), None, 1)).await?;
+        a.load_session(id.clone()).await?;
+    }
+    // Another transaction holds session s2's row until told to let go.
+    let (locked_tx, locked) = futures::channel::oneshot::channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let url = db.url.clone();
+    let holder = std::thread::spawn(move || -> Result<(), postgres::Error> {
+        let mut b = postgres::Client::connect(&url, postgres::NoTls)?;
+        b.batch_execute("BEGIN; SELECT 1 FROM session WHERE id = 's2' FOR UPDATE")?;
+        let _ = locked_tx.send(());
+        let _ = release_rx.recv();
+        b.batch_execute("COMMIT")
+    });
+    locked.await.expect("the holder took the lock");
+
+    // Holds the writer while the claims queue up behind it, so they commit as one batch.
+    let start = Instant::now();
+    let hold = a.inner.persistence.write_now(|_| {
+        std::thread::sleep(Duration::from_millis(200));
+        Ok(())
+    });
+    let mut claims: FuturesUnordered<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let claim = a.claim_turn(id.clone(), "boot".into(), 1);
+            async move { (i, claim.await, start.elapsed()) }
+        })
+        .collect();
+    let mut done = Vec::new();
+    let (held, ()) = futures::join!(hold, async {
+        while let Some((i, result, at)) = claims.next().await {
+            done.push((i, result, at));
+            if done.len() == ids.len() - 1 {
+                // The four others committed: let the lock go for s2's retry.
+                let _ = release.send(());
+            }
+        }
+    });
+    held?;
+    let _ = release.send(());
+    holder.join().expect("holder thread")?;
+    for (i, result, at) in &done {
+        assert!(result.is_ok(), "claim {i}: {result:?}");
+        if *i != 2 {
+            // One lock wait (the savepoint-free run), then the rerun without s2.
+            assert!(at < &(lease * 8 / 5), "claim {i} took {at:?}");
+        }
+    }
+    assert_eq!(done.last().map(|(i, ..)| *i), Some(2), "s2 commits last");
+    for id in &ids {
+        assert_eq!(a.events_after(id.clone(), None, 10).await?.len(), 2, "{id}");
     }
     Ok(())
 }
