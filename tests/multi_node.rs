@@ -253,12 +253,15 @@ fn a_killed_nodes_turns_resume_on_a_survivor_within_the_lease() {
         .collect();
 
     // Kill the victim once it owns claimed turns.
-    let victim_id = nodes.nodes[VICTIM].node_id(&mut db);
+    let mut victim_id;
     let owned_claims =
         "SELECT count(*) FROM session WHERE owner_node = $1 AND time_suspended IS NOT NULL";
     // As many as it gets (about a third of the sessions), or at least 10 after 20 s.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
+        // Its newest id: a node that missed its lease renewals (a loaded machine) rejoins
+        // under a new one.
+        victim_id = nodes.nodes[VICTIM].node_id(&mut db);
         let owned: i64 = db.query_one(owned_claims, &[&victim_id]).unwrap().get(0);
         if owned >= 75 || (owned >= 10 && Instant::now() > deadline) {
             break;
