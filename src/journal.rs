@@ -25,6 +25,7 @@ mod nodes;
 mod persistence;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod projection;
 mod prompts;
 mod recovery;
 mod retention;

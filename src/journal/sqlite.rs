@@ -18,6 +18,7 @@ mod input;
 mod maintenance;
 mod message;
 pub(crate) mod pool;
+mod projection;
 mod recovery;
 mod retention;
 pub(crate) mod schema;

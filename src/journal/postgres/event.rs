@@ -16,7 +16,9 @@ use super::conn::PgConn;
 use super::{input, json_text, json_value, message, seq_param, seq_value, session, session_id};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
-use crate::id::SessionId;
+use crate::id::{MessageId, SessionId};
+use crate::journal::projection::{self, ProjectionRows};
+use crate::records::{Delivery, SessionInfo};
 
 /// Appends an event to `session`'s log with the next seq, without its projection.
 fn insert(
@@ -58,7 +60,7 @@ pub(crate) fn append(
         });
     }
     let record = insert(conn, session, event.kind(), event.data()?, time)?;
-    apply(conn, session, record.seq, time, event)?;
+    projection::apply(&mut Rows(conn), session, record.seq, time, event)?;
     Ok(record)
 }
 
@@ -76,63 +78,79 @@ pub(crate) fn publish(
     Ok(record)
 }
 
-/// Applies the projection of one stored event (kinds without one are a no-op).
+/// Applies the projection writes of one stored event (the rule is
+/// [`projection::project`]'s; these are PostgreSQL's statements for it).
 pub(crate) fn project(conn: &mut PgConn, ev: &EventRecord) -> Result<(), StoreError> {
-    match SessionEvent::projected(&ev.kind, &ev.data) {
-        None => Ok(()),
-        Some(Ok(event)) => apply(conn, &ev.session_id, ev.seq, ev.time, &event),
-        Some(Err(e)) => Err(StoreError::Inconsistent(format!(
-            "{} event {}#{}: {e}",
-            ev.kind, ev.session_id, ev.seq
-        ))),
-    }
+    projection::project(&mut Rows(conn), ev)
 }
 
-/// The projection of event `seq` of `session` (the SQLite store's, statement for statement).
-fn apply(
-    conn: &mut PgConn,
-    session: &SessionId,
-    seq: u64,
-    time: i64,
-    event: &SessionEvent,
-) -> Result<(), StoreError> {
-    match event {
-        SessionEvent::Created { info } => {
-            if &info.id != session {
-                return Err(StoreError::Inconsistent(format!(
-                    "session.created event of {session} carries session {}",
-                    info.id
-                )));
-            }
-            session::insert_session(conn, info)
-        }
-        SessionEvent::ExecutionStarted { boot } => claim(conn, session, time, seq, boot).map(drop),
-        terminal if terminal.releases_claim() => {
-            if matches!(terminal, SessionEvent::ExecutionInterrupted { .. }) {
-                if let Some(claim) = claim_seq(conn, session)? {
-                    mark_interrupted(conn, session, claim)?;
-                }
-            }
-            release(conn, session).map(drop)
-        }
-        SessionEvent::PromptAdmitted {
-            message_id,
-            prompt,
-            delivery,
-        } => input::insert_input(conn, session, message_id, seq, prompt, *delivery, time),
-        SessionEvent::PromptPromoted {
-            message_id, prompt, ..
-        } => {
-            input::mark_promoted(conn, session, message_id, seq)?;
-            let data = serde_json::json!({ "prompt": prompt });
-            message::insert_message(conn, session, message_id, "user", seq, &data, time)
-        }
-        SessionEvent::MessageAppended {
-            message_id,
-            kind,
-            data,
-        } => message::insert_appended(conn, session, message_id, kind, seq, data, time),
-        _ => Ok(()),
+/// PostgreSQL's statements for the projection's row writes.
+struct Rows<'a>(&'a mut PgConn);
+
+impl ProjectionRows for Rows<'_> {
+    fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError> {
+        session::insert_session(&mut *self.0, info)
+    }
+
+    fn claim(&mut self, id: &SessionId, time: i64, seq: u64, boot: &str) -> Result<(), StoreError> {
+        claim(&mut *self.0, id, time, seq, boot).map(drop)
+    }
+
+    fn claim_seq(&mut self, id: &SessionId) -> Result<Option<u64>, StoreError> {
+        claim_seq(&mut *self.0, id)
+    }
+
+    fn mark_interrupted(&mut self, id: &SessionId, claim: u64) -> Result<(), StoreError> {
+        mark_interrupted(&mut *self.0, id, claim)
+    }
+
+    fn release(&mut self, id: &SessionId) -> Result<(), StoreError> {
+        release(&mut *self.0, id).map(drop)
+    }
+
+    fn insert_input(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        seq: u64,
+        prompt: &Value,
+        delivery: Delivery,
+        time: i64,
+    ) -> Result<(), StoreError> {
+        input::insert_input(&mut *self.0, session, id, seq, prompt, delivery, time)
+    }
+
+    fn mark_promoted(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        seq: u64,
+    ) -> Result<(), StoreError> {
+        input::mark_promoted(&mut *self.0, session, id, seq)
+    }
+
+    fn insert_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        seq: u64,
+        data: &Value,
+        time: i64,
+    ) -> Result<(), StoreError> {
+        message::insert_message(&mut *self.0, session, id, kind, seq, data, time)
+    }
+
+    fn insert_appended(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        seq: u64,
+        data: &Value,
+        time: i64,
+    ) -> Result<(), StoreError> {
+        message::insert_appended(&mut *self.0, session, id, kind, seq, data, time)
     }
 }
 

@@ -3,13 +3,13 @@
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use super::recovery::{claim_seq, mark_interrupted};
+use super::projection::Rows;
 use super::{
-    claim, get_opt_seq, get_seq, input, json_text, json_value, limit_param, message, release,
-    seq_param, session, session_id, StoreError,
+    get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, session_id, StoreError,
 };
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
+use crate::journal::projection;
 
 /// Appends an event to `session`'s log with the next seq (0 for the first event), without its
 /// projection.
@@ -55,7 +55,7 @@ pub(crate) fn append(
     time: i64,
 ) -> Result<EventRecord, StoreError> {
     let record = insert(conn, session, event.kind(), event.data()?, time)?;
-    apply(conn, session, record.seq, time, event)?;
+    projection::apply(&mut Rows(conn), session, record.seq, time, event)?;
     Ok(record)
 }
 
@@ -73,75 +73,10 @@ pub(crate) fn publish(
     Ok(record)
 }
 
-/// Applies the projection writes of one stored event (see the store's atomicity table). Events
-/// of kinds without a projection are a no-op. Re-running the projection of stored events
-/// rebuilds the projected rows once they are deleted.
+/// Applies the projection writes of one stored event (the rule is
+/// [`projection::project`]'s; these are SQLite's statements for it).
 pub(crate) fn project(conn: &Connection, ev: &EventRecord) -> Result<(), StoreError> {
-    match SessionEvent::projected(&ev.kind, &ev.data) {
-        None => Ok(()),
-        Some(Ok(event)) => apply(conn, &ev.session_id, ev.seq, ev.time, &event),
-        Some(Err(e)) => Err(StoreError::Inconsistent(format!(
-            "{} event {}#{}: {e}",
-            ev.kind, ev.session_id, ev.seq
-        ))),
-    }
-}
-
-/// The projection of event `seq` of `session`: where a turn is claimed and released, and where
-/// the inbox and the transcript are written.
-fn apply(
-    conn: &Connection,
-    session: &SessionId,
-    seq: u64,
-    time: i64,
-    event: &SessionEvent,
-) -> Result<(), StoreError> {
-    match event {
-        SessionEvent::Created { info } => {
-            if &info.id != session {
-                return Err(StoreError::Inconsistent(format!(
-                    "session.created event of {session} carries session {}",
-                    info.id
-                )));
-            }
-            session::insert_session(conn, info)
-        }
-        SessionEvent::ExecutionStarted { boot } => claim(conn, session, time, seq, boot).map(drop),
-        terminal if terminal.releases_claim() => {
-            if matches!(terminal, SessionEvent::ExecutionInterrupted { .. }) {
-                // The prompts this turn promoted were interrupted with it.
-                if let Some(claim) = claim_seq(conn, session)? {
-                    mark_interrupted(conn, session, claim)?;
-                }
-            }
-            release(conn, session).map(drop)
-        }
-        SessionEvent::PromptAdmitted {
-            message_id,
-            prompt,
-            delivery,
-        } => input::insert_input(conn, session, message_id, seq, prompt, *delivery, time),
-        SessionEvent::PromptPromoted {
-            message_id, prompt, ..
-        } => {
-            input::mark_promoted(conn, session, message_id, seq)?;
-            let data = serde_json::json!({ "prompt": prompt });
-            message::insert_message(conn, session, message_id, "user", seq, &data, time)
-        }
-        SessionEvent::MessageAppended {
-            message_id,
-            kind,
-            data,
-        } => {
-            if input::get_input(conn, message_id)?.is_some() {
-                return Err(StoreError::Conflict(format!(
-                    "message {message_id} is a prompt id; prompts enter the transcript by promotion"
-                )));
-            }
-            message::insert_message(conn, session, message_id, kind, seq, data, time)
-        }
-        _ => Ok(()),
-    }
+    projection::project(&mut Rows(conn), ev)
 }
 
 /// Reads one `event` row (`aggregate_id, seq, type, data, time`).

@@ -1,0 +1,137 @@
+//! The projection of stored events onto the rows read back (the session row and its claim, the
+//! inbox, the transcript): one rule, written once, that every backend applies with its own
+//! statements ([`ProjectionRows`]).
+//!
+//! This is where a turn is claimed (`session.execution.started`) and released (a terminal
+//! event), where an interrupted turn's prompts are marked, and where the inbox and the
+//! transcript are written. Events of kinds without a projection change nothing; re-running the
+//! projection of stored events rebuilds the projected rows once they are deleted.
+
+use serde_json::Value;
+
+use crate::error::StoreError;
+use crate::event::{EventRecord, SessionEvent};
+use crate::id::{MessageId, SessionId};
+use crate::records::{Delivery, SessionInfo};
+
+/// The row writes a projection is made of, as a backend's statements perform them.
+pub(crate) trait ProjectionRows {
+    /// Inserts the session row of `session.created`.
+    fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError>;
+    /// Claims `session` for the turn that event `seq` started on `boot`.
+    fn claim(
+        &mut self,
+        session: &SessionId,
+        time: i64,
+        seq: u64,
+        boot: &str,
+    ) -> Result<(), StoreError>;
+    /// The seq of the event that claimed `session`, if it is claimed.
+    fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+    /// Marks the prompts the turn claimed at `claim` promoted as interrupted.
+    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError>;
+    /// Releases the claim of `session`.
+    fn release(&mut self, session: &SessionId) -> Result<(), StoreError>;
+    /// Inserts the inbox row of an admitted prompt.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_input(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        seq: u64,
+        prompt: &Value,
+        delivery: Delivery,
+        time: i64,
+    ) -> Result<(), StoreError>;
+    /// Marks an inbox row promoted at `seq`.
+    fn mark_promoted(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        seq: u64,
+    ) -> Result<(), StoreError>;
+    /// Inserts a transcript row.
+    #[allow(clippy::too_many_arguments)]
+    fn insert_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        seq: u64,
+        data: &Value,
+        time: i64,
+    ) -> Result<(), StoreError>;
+    /// Inserts the transcript row of `session.message.appended`: an id of the inbox (prompts
+    /// enter the transcript by promotion) is a [`StoreError::Conflict`].
+    #[allow(clippy::too_many_arguments)]
+    fn insert_appended(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        seq: u64,
+        data: &Value,
+        time: i64,
+    ) -> Result<(), StoreError>;
+}
+
+/// Applies the projection of one stored event (kinds without one are a no-op).
+pub(crate) fn project(rows: &mut impl ProjectionRows, ev: &EventRecord) -> Result<(), StoreError> {
+    match SessionEvent::projected(&ev.kind, &ev.data) {
+        None => Ok(()),
+        Some(Ok(event)) => apply(rows, &ev.session_id, ev.seq, ev.time, &event),
+        Some(Err(e)) => Err(StoreError::Inconsistent(format!(
+            "{} event {}#{}: {e}",
+            ev.kind, ev.session_id, ev.seq
+        ))),
+    }
+}
+
+/// The projection of event `seq` of `session`, already decoded (an append knows its event).
+pub(crate) fn apply(
+    rows: &mut impl ProjectionRows,
+    session: &SessionId,
+    seq: u64,
+    time: i64,
+    event: &SessionEvent,
+) -> Result<(), StoreError> {
+    match event {
+        SessionEvent::Created { info } => {
+            if &info.id != session {
+                return Err(StoreError::Inconsistent(format!(
+                    "session.created event of {session} carries session {}",
+                    info.id
+                )));
+            }
+            rows.insert_session(info)
+        }
+        SessionEvent::ExecutionStarted { boot } => rows.claim(session, time, seq, boot),
+        terminal if terminal.releases_claim() => {
+            if matches!(terminal, SessionEvent::ExecutionInterrupted { .. }) {
+                // The prompts this turn promoted were interrupted with it.
+                if let Some(claim) = rows.claim_seq(session)? {
+                    rows.mark_interrupted(session, claim)?;
+                }
+            }
+            rows.release(session)
+        }
+        SessionEvent::PromptAdmitted {
+            message_id,
+            prompt,
+            delivery,
+        } => rows.insert_input(session, message_id, seq, prompt, *delivery, time),
+        SessionEvent::PromptPromoted {
+            message_id, prompt, ..
+        } => {
+            rows.mark_promoted(session, message_id, seq)?;
+            let data = serde_json::json!({ "prompt": prompt });
+            rows.insert_message(session, message_id, "user", seq, &data, time)
+        }
+        SessionEvent::MessageAppended {
+            message_id,
+            kind,
+            data,
+        } => rows.insert_appended(session, message_id, kind, seq, data, time),
+        _ => Ok(()),
+    }
+}
