@@ -1111,6 +1111,13 @@ pub fn quiesce(db: &mut Client, timeout: Duration, context: &str) -> PgView {
                     .claimed()
                     .into_iter()
                     .chain(view.store.owed())
+                    .chain(
+                        view.store
+                            .sessions
+                            .keys()
+                            .filter(|s| view.store.continuation_due(s, 0))
+                            .cloned(),
+                    )
                     .take(3)
                     .map(|s| {
                         let from = view.store.sequences.get(&s).map(|q| q.saturating_sub(25));
