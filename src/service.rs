@@ -23,6 +23,7 @@ mod control;
 mod delete;
 mod events;
 mod fanout;
+mod log;
 mod prompt;
 mod stream;
 mod transcript;

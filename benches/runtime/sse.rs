@@ -22,7 +22,7 @@ use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::rc::Rc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
@@ -367,7 +367,7 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
     let rss_before = server.trimmed_rss_kib();
     let mut idle_streams = Vec::with_capacity(idle_total);
     for (i, id) in idle_ids.iter().cycle().take(idle_total).enumerate() {
-        idle_streams.push(actix_rt::spawn(subscribe(server.addr, id.clone(), None)));
+        idle_streams.push(actix_rt::spawn(subscribe(server.addr, id.clone())));
         if i % 200 == 199 {
             wait_streams(&http, &base, i + 1).await?;
         }
@@ -389,38 +389,44 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
     .await?;
     let cpu_idle = server.cpu_seconds() - cpu;
 
-    let latencies = Rc::new(RefCell::new(Vec::new()));
-    let mut hot_streams = Vec::new();
+    let hot = HotClient::start()?;
     for _ in 0..sizes.hot_subscribers {
-        let sink = Some(latencies.clone());
-        hot_streams.push(actix_rt::spawn(subscribe(server.addr, "hot".into(), sink)));
+        hot.subscribe(server.addr);
     }
     wait_streams(&http, &base, idle_total + sizes.hot_subscribers).await?;
     // Two rates: a fast token stream (100 events/s) and a calmer one (20 events/s).
     let mut rates = Vec::new();
     for (events, gap_ms) in [(sizes.hot_events, 10), (sizes.hot_events / 2, 50)] {
-        latencies.borrow_mut().clear();
+        hot.take();
         let expected = sizes.hot_subscribers * events as usize;
         let prompt = json!({ "prompt": { "events": events, "gap_ms": gap_ms } });
         timed(post("/sessions/hot/prompt".into(), prompt)).await??;
         let deadline = Instant::now() + Duration::from_secs(120);
-        while latencies.borrow().len() < expected {
+        while hot.received() < expected {
             if Instant::now() > deadline {
-                return Err(format!(
-                    "hot session: {} of {expected} deliveries",
-                    latencies.borrow().len()
-                )
-                .into());
+                return Err(
+                    format!("hot session: {} of {expected} deliveries", hot.received()).into(),
+                );
             }
             actix_rt::time::sleep(Duration::from_millis(50)).await;
         }
-        let mut all = latencies.borrow().clone();
+        let deliveries = hot.take();
+        let (first, last) = spread(&deliveries);
+        let mut all: Vec<f64> = deliveries.into_iter().map(|(_, ms)| ms).collect();
         all.sort_by(f64::total_cmp);
         rates.push((percentile(&all, 50.0), percentile(&all, 99.0)));
+        ctx.log(format_args!(
+            "sse hot, {events} events {gap_ms} ms apart: p50 {:.2} ms, p99 {:.2} ms; per \
+             event, the first stream got it after {first:.2} ms and the last after {last:.2} \
+             ms (medians over events)",
+            rates[rates.len() - 1].0,
+            rates[rates.len() - 1].1,
+        ));
         // Let the last turn settle before the next prompt.
         actix_rt::time::sleep(Duration::from_millis(300)).await;
     }
-    for stream in idle_streams.iter().chain(&hot_streams) {
+    hot.stop();
+    for stream in &idle_streams {
         stream.abort();
     }
     Ok(Figures {
@@ -527,38 +533,114 @@ async fn wait_streams(http: &awc::Client, base: &str, n: usize) -> BenchResult<(
     }
 }
 
-/// One event stream on a raw connection. With a `sink`, every `bench.tick` frame's latency
-/// (receive time − its `t`, ms) goes there; without, the stream is only held open.
-async fn subscribe(addr: SocketAddr, session: String, sink: Option<Rc<RefCell<Vec<f64>>>>) {
+/// One idle event stream on a raw connection: held open, its bytes read and dropped.
+async fn subscribe(addr: SocketAddr, session: String) {
     let Ok(mut stream) = TcpStream::connect(addr).await else {
         return;
     };
-    let _ = stream.set_nodelay(true);
     let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: bench\r\n\r\n");
     if stream.write_all(request.as_bytes()).await.is_err() {
         return;
     }
-    let mut buf = vec![0u8; if sink.is_some() { 16 * 1024 } else { 512 }];
-    let mut pending = Vec::new();
+    let mut buf = [0u8; 512];
+    while let Ok(1..) = stream.read(&mut buf).await {}
+}
+
+/// Client threads reading the hot session's streams.
+const HOT_CLIENT_THREADS: usize = 2;
+
+/// The hot session's subscribers, on a runtime of their own with [`HOT_CLIENT_THREADS`]
+/// threads: reading 1,000 sockets a burst must not queue behind one thread (nor behind the
+/// bench's own requests). Each stream is still its own connection, read as its bytes come.
+struct HotClient {
+    runtime: tokio::runtime::Runtime,
+    /// Every `bench.tick` delivery (the tick's `i`, its latency in ms) since the last
+    /// [`HotClient::take`].
+    sink: Arc<Mutex<Vec<(u64, f64)>>>,
+}
+
+impl HotClient {
+    fn start() -> BenchResult<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(HOT_CLIENT_THREADS)
+            .thread_name("sse-hot-client")
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            runtime,
+            sink: Arc::default(),
+        })
+    }
+
+    fn subscribe(&self, addr: SocketAddr) {
+        self.runtime.spawn(hot_subscribe(addr, self.sink.clone()));
+    }
+
+    fn sink(&self) -> std::sync::MutexGuard<'_, Vec<(u64, f64)>> {
+        self.sink.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Deliveries since the last [`HotClient::take`].
+    fn received(&self) -> usize {
+        self.sink().len()
+    }
+
+    /// The deliveries since the last call.
+    fn take(&self) -> Vec<(u64, f64)> {
+        std::mem::take(&mut *self.sink())
+    }
+
+    /// Closes every stream (from within the bench's runtime: no blocking drop).
+    fn stop(self) {
+        self.runtime.shutdown_background();
+    }
+}
+
+/// One stream on the hot session: every `bench.tick` frame's latency (the time the read that
+/// brought its last byte returned − its `t`, ms) goes to `sink`, once per read.
+async fn hot_subscribe(addr: SocketAddr, sink: Arc<Mutex<Vec<(u64, f64)>>>) {
+    let Ok(mut stream) = TcpStream::connect(addr).await else {
+        return;
+    };
+    let _ = stream.set_nodelay(true);
+    let request = b"GET /sessions/hot/events HTTP/1.1\r\nHost: bench\r\n\r\n";
+    if stream.write_all(request).await.is_err() {
+        return;
+    }
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut filled = 0;
+    let mut got = Vec::new();
     loop {
-        let n = match stream.read(&mut buf).await {
+        if filled == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = match stream.read(&mut buf[filled..]).await {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        let Some(sink) = &sink else {
-            continue;
-        };
         let now = unix_nanos();
-        pending.extend_from_slice(&buf[..n]);
-        while let Some(end) = find(&pending, b"\n\n") {
-            let frame = &pending[..end];
+        // Frames end with a blank line; a partial one waits for the next read.
+        let scan_from = filled.saturating_sub(1);
+        filled += n;
+        let mut start = 0;
+        let mut at = scan_from;
+        while let Some(end) = find(&buf[at..filled], b"\n\n") {
+            let frame = &buf[start..at + end];
             if find(frame, b"event: bench.tick").is_some() {
                 if let Some(t) = tick_time(frame) {
-                    sink.borrow_mut()
-                        .push(now.saturating_sub(t) as f64 / 1_000_000.0);
+                    let i = number_after(frame, b"\"i\":").unwrap_or(u64::MAX);
+                    got.push((i, now.saturating_sub(t) as f64 / 1_000_000.0));
                 }
             }
-            pending.drain(..end + 2);
+            start = at + end + 2;
+            at = start;
+        }
+        buf.copy_within(start..filled, 0);
+        filled -= start;
+        if !got.is_empty() {
+            sink.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .append(&mut got);
         }
     }
 }
@@ -569,11 +651,36 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// The `"t":<digits>` of a tick frame.
 fn tick_time(frame: &[u8]) -> Option<u64> {
-    let at = find(frame, b"\"t\":")? + 4;
-    let digits: Vec<u8> = frame[at..]
-        .iter()
-        .copied()
-        .take_while(u8::is_ascii_digit)
-        .collect();
-    std::str::from_utf8(&digits).ok()?.parse().ok()
+    number_after(frame, b"\"t\":")
+}
+
+/// The digits after `key` in `frame`.
+fn number_after(frame: &[u8], key: &[u8]) -> Option<u64> {
+    let at = find(frame, key)? + key.len();
+    let digits = frame[at..].iter().take_while(|b| b.is_ascii_digit());
+    let mut n: u64 = 0;
+    let mut any = false;
+    for digit in digits {
+        n = n.checked_mul(10)?.checked_add(u64::from(digit - b'0'))?;
+        any = true;
+    }
+    any.then_some(n)
+}
+
+/// Per event, when its first and its last stream received it: the medians over events of
+/// the earliest and of the latest delivery (ms). The first says what the commit and the
+/// fan-out cost; the spread to the last, what writing to (and reading from) every stream
+/// costs.
+fn spread(deliveries: &[(u64, f64)]) -> (f64, f64) {
+    let mut per_event: std::collections::HashMap<u64, (f64, f64)> = Default::default();
+    for &(i, ms) in deliveries {
+        let e = per_event.entry(i).or_insert((f64::INFINITY, 0.0));
+        e.0 = e.0.min(ms);
+        e.1 = e.1.max(ms);
+    }
+    let mut first: Vec<f64> = per_event.values().map(|e| e.0).collect();
+    let mut last: Vec<f64> = per_event.values().map(|e| e.1).collect();
+    first.sort_by(f64::total_cmp);
+    last.sort_by(f64::total_cmp);
+    (percentile(&first, 50.0), percentile(&last, 50.0))
 }

@@ -40,12 +40,27 @@ impl Runner for Ticks {
             for prompt in prompts {
                 let n = prompt.prompt["events"].as_u64().unwrap_or(0);
                 let gap = Duration::from_millis(prompt.prompt["gap_ms"].as_u64().unwrap_or(0));
+                let mut commits = Vec::new();
                 for i in 0..n {
                     if !gap.is_zero() {
                         actix_rt::time::sleep(gap).await;
                     }
-                    let tick = json!({ "t": unix_nanos(), "i": i });
+                    let t = unix_nanos();
+                    let tick = json!({ "t": t, "i": i });
                     turn.publish("bench.tick", tick).await?;
+                    commits.push(unix_nanos().saturating_sub(t));
+                }
+                if !gap.is_zero() && !commits.is_empty() {
+                    // The hot session's ticks: how long `publish` (its commit) took.
+                    commits.sort_unstable();
+                    let ms = |q: usize| commits[(commits.len() - 1) * q / 100] as f64 / 1e6;
+                    eprintln!(
+                        "[bench] sse server: {n} ticks {} ms apart, publish (commit) p50 {:.2} \
+                         ms, p99 {:.2} ms",
+                        gap.as_millis(),
+                        ms(50),
+                        ms(99)
+                    );
                 }
                 let reply = json!({ "reply_to": prompt.id });
                 turn.append_message("assistant", reply).await?;

@@ -6,7 +6,13 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use futures::Stream;
+use tokio::time::{Instant, Sleep};
 
 use actix_web::http::{header, Method, StatusCode, Version};
 use actix_web::web::{self, Bytes};
@@ -106,43 +112,94 @@ fn error_frame(kind: &str, message: &str) -> Bytes {
     Bytes::from(format!("event: stream.error\ndata: {error}\n\n"))
 }
 
-/// What the response body does next.
-enum Feed {
-    /// Say hello (the retry hint), then follow.
-    Start(SessionStream),
-    /// Follow the session's events.
-    Follow(SessionStream),
-    /// The stream is over.
-    Done,
+/// The comment a quiet stream sends.
+const KEEP_ALIVE: &[u8] = b": keep-alive\n\n";
+
+/// When a quiet stream sends its keep-alive comment: one timer per stream, set when the stream
+/// opens and moved only when it fires (a frame only notes the time it went out), so a busy
+/// stream never touches the timer wheel.
+struct KeepAlive {
+    every: Duration,
+    timer: Pin<Box<Sleep>>,
+    last_sent: Instant,
 }
 
-async fn step(feed: Feed, keep_alive: Duration) -> Option<(Result<Bytes, Infallible>, Feed)> {
-    let mut events = match feed {
-        Feed::Done => return None,
-        Feed::Start(events) => {
-            let hello = format!(
-                "retry: 1000\n: events of session {} after {}\n\n",
-                events.session_id(),
-                events
-                    .last_seq()
-                    .map_or_else(|| "the start".to_owned(), |seq| format!("seq {seq}"))
-            );
-            return Some((Ok(Bytes::from(hello)), Feed::Follow(events)));
+impl KeepAlive {
+    fn new(every: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            every,
+            timer: Box::pin(tokio::time::sleep_until(now + every)),
+            last_sent: now,
         }
-        Feed::Follow(events) => events,
-    };
-    // `SessionStream::next` is cancel-safe: a keep-alive timeout loses nothing.
-    match actix_rt::time::timeout(keep_alive, events.next()).await {
-        Err(_quiet) => Some((
-            Ok(Bytes::from_static(b": keep-alive\n\n")),
-            Feed::Follow(events),
-        )),
-        Ok(Some(Ok(event))) => Some((Ok(frame(&event)), Feed::Follow(events))),
-        Ok(Some(Err(e))) => {
-            log::warn!("events of {}: {e}", events.session_id());
-            Some((Ok(error_frame("store", &e.to_string())), Feed::Done))
+    }
+
+    /// A frame went out.
+    fn sent(&mut self) {
+        self.last_sent = Instant::now();
+    }
+
+    /// Ready when the stream has been quiet for `every`: send a comment (counted as sent).
+    fn poll_due(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let due = self.last_sent + self.every;
+            let now = Instant::now();
+            if now >= due {
+                self.last_sent = now;
+                self.timer.as_mut().reset(now + self.every);
+                return Poll::Ready(());
+            }
+            // Frames went out meanwhile: wait until the stream has been quiet long enough.
+            self.timer.as_mut().reset(due);
         }
-        Ok(None) => None,
+    }
+}
+
+/// The body of `GET /sessions/{id}/events`: the hello, then a frame per item of the session's
+/// stream, with keep-alive comments while it is quiet. The connection polls it for as many
+/// frames as are ready before it writes, so what a stream has queued goes out in one write.
+struct EventBody {
+    /// The opening comment, until sent.
+    hello: Option<Bytes>,
+    /// `None` once the stream is over.
+    events: Option<SessionStream>,
+    keep_alive: KeepAlive,
+}
+
+impl Stream for EventBody {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(hello) = this.hello.take() {
+            return Poll::Ready(Some(Ok(hello)));
+        }
+        let Some(events) = this.events.as_mut() else {
+            return Poll::Ready(None);
+        };
+        match Pin::new(events).poll_next(cx) {
+            Poll::Ready(Some(Ok(item))) => {
+                this.keep_alive.sent();
+                return Poll::Ready(Some(Ok(frame(&item))));
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(events) = this.events.take() {
+                    log::warn!("events of {}: {e}", events.session_id());
+                }
+                return Poll::Ready(Some(Ok(error_frame("store", &e.to_string()))));
+            }
+            Poll::Ready(None) => {
+                this.events = None;
+                return Poll::Ready(None);
+            }
+            Poll::Pending => {}
+        }
+        this.keep_alive
+            .poll_due(cx)
+            .map(|()| Some(Ok(Bytes::from_static(KEEP_ALIVE))))
     }
 }
 
@@ -188,8 +245,18 @@ pub(super) async fn events(
         return Ok(head.finish());
     }
     let events = sessions.stream(&id, after).await?;
-    let keep_alive = state.options.keep_alive;
-    let body = futures::stream::unfold(Feed::Start(events), move |feed| step(feed, keep_alive));
+    let hello = format!(
+        "retry: 1000\n: events of session {} after {}\n\n",
+        events.session_id(),
+        events
+            .last_seq()
+            .map_or_else(|| "the start".to_owned(), |seq| format!("seq {seq}"))
+    );
+    let body = EventBody {
+        hello: Some(Bytes::from(hello)),
+        events: Some(events),
+        keep_alive: KeepAlive::new(state.options.keep_alive),
+    };
     Ok(head.streaming(body))
 }
 
@@ -224,7 +291,7 @@ async fn feed_step(
     keep_alive: Duration,
 ) -> Option<(Result<Bytes, Infallible>, EventStream)> {
     match actix_rt::time::timeout(keep_alive, events.recv()).await {
-        Err(_quiet) => Some((Ok(Bytes::from_static(b": keep-alive\n\n")), events)),
+        Err(_quiet) => Some((Ok(Bytes::from_static(KEEP_ALIVE)), events)),
         Ok(Ok(event)) => {
             let name: String = event
                 .kind

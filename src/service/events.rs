@@ -33,7 +33,7 @@ use crate::event::{kind, EventRecord, LiveEvent};
 use crate::id::SessionId;
 
 /// Events read from the store per replay page.
-const REPLAY_PAGE: usize = 256;
+pub(super) const REPLAY_PAGE: usize = 256;
 
 /// Live events a stream holds at most while it waits for the durable events before them
 /// (the oldest is dropped past it). Reached only if the store cannot be read meanwhile.
@@ -107,6 +107,9 @@ struct Follow {
     closing: bool,
     /// Times the subscription lagged (or skipped a seq) and the store was re-read.
     heals: u64,
+    /// The route lagged: check the session still exists before re-reading the store (its
+    /// `session.deleted` may be among what was missed).
+    check_exists: bool,
 }
 
 type Item = Result<StreamItem>;
@@ -139,6 +142,83 @@ impl Follow {
         }
     }
 
+    /// What a delivery from the route makes the follower yield (`None`: nothing yet).
+    fn take(&mut self, delivery: Delivery) -> Option<StreamItem> {
+        match delivery {
+            Delivery::Event(event) if event.kind == kind::DELETED => {
+                // The session was deleted: this is its stream's last durable item.
+                self.end();
+                self.last = Some(event.seq);
+                Some(StreamItem::Event(event))
+            }
+            Delivery::Event(event) => {
+                let expected = self.last.map_or(0, |seq| seq + 1);
+                if event.seq < expected {
+                    return None;
+                }
+                if event.seq > expected {
+                    // Cannot happen without a lag; the store has it all anyway.
+                    self.heals += 1;
+                    self.replay = true;
+                    return None;
+                }
+                self.last = Some(event.seq);
+                Some(StreamItem::Event(event))
+            }
+            Delivery::Live(event) => {
+                if self.held.len() == MAX_HELD {
+                    self.held.pop_front();
+                    self.held_dropped += 1;
+                }
+                // Yielded once its turn's earlier writes were.
+                self.held.push_back(event);
+                None
+            }
+            Delivery::Lagged => {
+                log::debug!(
+                    "events of {}: the stream fell behind; re-reading the store",
+                    self.session_id
+                );
+                // Subscribe again before reading: nothing committed from now on is missed.
+                self.subscription.renew();
+                self.heals += 1;
+                self.replay = true;
+                self.check_exists = true;
+                None
+            }
+            Delivery::Closed => {
+                self.closing = true;
+                self.replay = true;
+                None
+            }
+        }
+    }
+
+    /// The next item that needs no store read: what is buffered, or what the route holds.
+    /// `Ready(None)` when the store must be read (or the stream is ending): see
+    /// [`Follow::next_item`]. No future, no allocation: this is what a follower does for each
+    /// event it follows live.
+    fn poll_fast(&mut self, cx: &mut Context<'_>) -> Poll<Option<StreamItem>> {
+        loop {
+            if let Some(live) = self.released() {
+                return Poll::Ready(Some(StreamItem::Live(live)));
+            }
+            if let Some(event) = self.buffer.pop_front() {
+                self.last = Some(event.seq);
+                return Poll::Ready(Some(StreamItem::Event(event)));
+            }
+            if self.replay || self.closing || self.check_exists {
+                return Poll::Ready(None);
+            }
+            let Poll::Ready(delivery) = self.subscription.poll_recv(cx) else {
+                return Poll::Pending;
+            };
+            if let Some(item) = self.take(delivery) {
+                return Poll::Ready(Some(item));
+            }
+        }
+    }
+
     async fn next_item(&mut self) -> Option<Item> {
         loop {
             if let Some(live) = self.released() {
@@ -147,6 +227,11 @@ impl Follow {
             if let Some(event) = self.buffer.pop_front() {
                 self.last = Some(event.seq);
                 return Some(Ok(StreamItem::Event(event)));
+            }
+            if std::mem::take(&mut self.check_exists) {
+                if let Ok(false) = self.sessions.journal.session_exists(&self.session_id).await {
+                    self.end();
+                }
             }
             if self.replay {
                 // Boxed: a follower waits far longer on the live route than on the store, and
@@ -183,54 +268,9 @@ impl Follow {
                 // Nothing more comes: what is still held goes out before the end.
                 return self.held.pop_front().map(|live| Ok(StreamItem::Live(live)));
             }
-            match self.subscription.recv().await {
-                Delivery::Event(event) if event.kind == kind::DELETED => {
-                    // The session was deleted: this is its stream's last durable item.
-                    self.end();
-                    self.last = Some(event.seq);
-                    return Some(Ok(StreamItem::Event(event)));
-                }
-                Delivery::Event(event) => {
-                    let expected = self.last.map_or(0, |seq| seq + 1);
-                    if event.seq < expected {
-                        continue;
-                    }
-                    if event.seq > expected {
-                        // Cannot happen without a lag; the store has it all anyway.
-                        self.heals += 1;
-                        self.replay = true;
-                        continue;
-                    }
-                    self.last = Some(event.seq);
-                    return Some(Ok(StreamItem::Event(event)));
-                }
-                Delivery::Live(event) => {
-                    if self.held.len() == MAX_HELD {
-                        self.held.pop_front();
-                        self.held_dropped += 1;
-                    }
-                    // Yielded at the top of the loop once its turn's earlier writes were.
-                    self.held.push_back(event);
-                }
-                Delivery::Lagged => {
-                    log::debug!(
-                        "events of {}: the stream fell behind; re-reading the store",
-                        self.session_id
-                    );
-                    // Subscribe again before reading: nothing committed from now on is missed.
-                    self.subscription.renew();
-                    self.heals += 1;
-                    self.replay = true;
-                    // Its `session.deleted` may be among what was missed.
-                    if let Ok(false) = self.sessions.journal.session_exists(&self.session_id).await
-                    {
-                        self.end();
-                    }
-                }
-                Delivery::Closed => {
-                    self.closing = true;
-                    self.replay = true;
-                }
+            let delivery = self.subscription.recv().await;
+            if let Some(item) = self.take(delivery) {
+                return Some(Ok(item));
             }
         }
     }
@@ -292,6 +332,7 @@ impl Follower {
                 replay: true,
                 closing: false,
                 heals: 0,
+                check_exists: false,
             }),
             pending: None,
             session_id: session_id.clone(),
@@ -321,8 +362,30 @@ impl Follower {
         self.live_dropped
     }
 
+    /// Copies what the follower counts, for the accessors.
+    fn note(&mut self) {
+        if let Some(follow) = &self.idle {
+            self.last = follow.last;
+            self.heals = follow.heals;
+            self.live_dropped = follow.subscription.live_dropped() + follow.held_dropped;
+        }
+    }
+
     pub(super) fn poll_item(&mut self, cx: &mut Context<'_>) -> Poll<Option<Item>> {
         if self.pending.is_none() {
+            let Some(follow) = self.idle.as_mut() else {
+                return Poll::Ready(None);
+            };
+            // The fast path: an event the route already holds, or a wait on the route, needs
+            // no future (one per event would be an allocation per event and stream).
+            match follow.poll_fast(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(item)) => {
+                    self.note();
+                    return Poll::Ready(Some(Ok(item)));
+                }
+                Poll::Ready(None) => {}
+            }
             let Some(mut follow) = self.idle.take() else {
                 return Poll::Ready(None);
             };
@@ -338,11 +401,10 @@ impl Follower {
             Poll::Pending => Poll::Pending,
             Poll::Ready((follow, item)) => {
                 self.pending = None;
-                self.last = follow.last;
-                self.heals = follow.heals;
-                self.live_dropped = follow.subscription.live_dropped() + follow.held_dropped;
-                if item.is_some() {
-                    self.idle = Some(follow);
+                self.idle = Some(follow);
+                self.note();
+                if item.is_none() {
+                    self.idle = None;
                 }
                 Poll::Ready(item)
             }
@@ -433,61 +495,5 @@ impl Sessions {
         Ok(SessionEvents {
             inner: Follower::start(self, session_id, after, false).await?,
         })
-    }
-}
-
-impl Sessions {
-    /// The seq of the session's newest committed event (a stored session has at least its
-    /// `session.created`, seq 0): its seq counter, one indexed read (retention never moves it
-    /// back).
-    ///
-    /// # Errors
-    /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
-    /// a read fails.
-    pub async fn last_seq(&self, session_id: &SessionId) -> Result<u64> {
-        self.require(session_id).await?;
-        self.journal
-            .latest_seq(session_id.clone())
-            .await?
-            .ok_or_else(|| crate::Error::NotFound {
-                session_id: session_id.clone(),
-            })
-    }
-
-    /// The session's most recent turn terminal (`session.execution.succeeded`, `failed` or
-    /// `interrupted`), if any: read backwards from the end of the log a page at a time.
-    ///
-    /// # Errors
-    /// [`crate::Error::NotFound`] when the session is not stored; [`crate::Error::Store`] when
-    /// a read fails.
-    pub async fn last_terminal(&self, session_id: &SessionId) -> Result<Option<EventRecord>> {
-        let mut end = self.last_seq(session_id).await? + 1;
-        let first = self.log_start(session_id).await?;
-        while end > first {
-            let start = end.saturating_sub(REPLAY_PAGE as u64);
-            let page = self
-                .journal
-                .events_after(session_id.clone(), start.checked_sub(1), REPLAY_PAGE)
-                .await?;
-            let terminal = page.into_iter().rev().find(|e| {
-                e.seq < end
-                    && matches!(
-                        e.kind.as_str(),
-                        kind::EXECUTION_SUCCEEDED
-                            | kind::EXECUTION_FAILED
-                            | kind::EXECUTION_INTERRUPTED
-                    )
-            });
-            if terminal.is_some() {
-                return Ok(terminal);
-            }
-            end = start;
-        }
-        Ok(None)
-    }
-
-    /// How many event streams ([`Sessions::events`]) are open on this runtime.
-    pub fn event_streams(&self) -> usize {
-        self.fanout.streams()
     }
 }

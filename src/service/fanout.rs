@@ -24,13 +24,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::broadcast;
 use tokio::sync::broadcast::error::RecvError;
-use tokio::sync::{broadcast, mpsc};
+
+use self::queue::TrySendError;
 
 use super::Sessions;
 use crate::event::{EventRecord, LiveEvent};
 use crate::id::SessionId;
 use crate::turn::LiveSink;
+
+mod queue;
 
 /// Events a stream may have waiting before it is cut off (and re-reads the store).
 const STREAM_BUFFER: usize = 64;
@@ -47,12 +51,12 @@ enum Routed {
 }
 
 /// The receiving end of one route.
-type Receiver = mpsc::Receiver<Routed>;
+type Receiver = queue::Receiver<Routed>;
 
 /// One stream's end of its session's route.
 struct Route {
     id: u64,
-    sender: mpsc::Sender<Routed>,
+    sender: queue::Sender<Routed>,
     /// Live events dropped for this stream (its channel was full); `None` for a stream that
     /// takes durable events only, to which live events are never sent.
     live: Option<Arc<AtomicU64>>,
@@ -80,7 +84,7 @@ impl Routes {
     /// Adds a route for `session` (taking live events when `live` counts their drops);
     /// `None` once closed.
     fn add(&self, session: &SessionId, live: Option<&Arc<AtomicU64>>) -> Option<(u64, Receiver)> {
-        let (sender, receiver) = mpsc::channel(STREAM_BUFFER);
+        let (sender, receiver) = queue::channel(STREAM_BUFFER);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let mut table = self.table();
         // Checked under the lock: `close` empties the table under it too.
@@ -135,11 +139,11 @@ impl Routes {
             };
             match route.sender.try_send(Routed::Live(event.clone())) {
                 Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
+                Err(TrySendError::Full) => {
                     dropped.fetch_add(1, Ordering::Relaxed);
                     true
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
+                Err(TrySendError::Closed) => false,
             }
         });
         if routes.is_empty() {
@@ -299,15 +303,24 @@ pub(crate) struct Subscription {
 impl Subscription {
     /// The next delivery. Cancel-safe.
     pub(crate) async fn recv(&mut self) -> Delivery {
+        std::future::poll_fn(|cx| self.poll_recv(cx)).await
+    }
+
+    /// Polls for the next delivery: [`Subscription::recv`] without a future (the follower's
+    /// fast path, which waits on the route for as long as its session is silent).
+    pub(crate) fn poll_recv(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Delivery> {
         let Some((_, receiver)) = self.route.as_mut() else {
-            return Delivery::Closed;
+            return std::task::Poll::Ready(Delivery::Closed);
         };
-        match receiver.recv().await {
+        receiver.poll_recv(cx).map(|routed| match routed {
             Some(Routed::Durable(event)) => Delivery::Event(event),
             Some(Routed::Live(event)) => Delivery::Live(event),
             None if self.routes.closed.load(Ordering::Acquire) => Delivery::Closed,
             None => Delivery::Lagged,
-        }
+        })
     }
 
     /// Replaces a cut-off route with a new one (call it before re-reading the store).
