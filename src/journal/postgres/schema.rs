@@ -198,8 +198,59 @@ END
 $fn$;
 "#;
 
+/// Version 4: a terminal's settle probe sees every prompt admitted before the terminal.
+///
+/// Nodes write concurrently, and an admission (another node's, for a client) takes only the
+/// session's sequence row, not its session row. In version 3 the terminal probed the inbox
+/// before taking its seq: a queued prompt admitted by a transaction still open at the probe
+/// got the seq before the terminal's, yet the probe did not see it, so no turn was owed to it
+/// and it stayed pending with nothing scheduled. The terminal now locks the sequence row first
+/// (waiting for such an admission to commit); the probe, a later statement with a fresh
+/// snapshot, then sees every admission ordered before the terminal, and every later one gets a
+/// seq after it.
+const V4: &str = r#"
+CREATE OR REPLACE FUNCTION ds_settle_turn(p_session TEXT, p_node TEXT, p_epoch BIGINT,
+                               p_type TEXT, p_data TEXT, p_time BIGINT, p_release BOOLEAN,
+                               p_interrupted BOOLEAN, OUT out_fenced BOOLEAN,
+                               OUT out_pending BOOLEAN, OUT out_seq BIGINT)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    v_owner TEXT;
+    v_epoch BIGINT;
+BEGIN
+    out_fenced := false;
+    out_pending := false;
+    SELECT s.owner_node, s.owner_epoch INTO v_owner, v_epoch
+        FROM session s WHERE s.id = p_session FOR NO KEY UPDATE;
+    IF NOT FOUND OR v_owner IS DISTINCT FROM p_node OR v_epoch <> p_epoch THEN
+        out_fenced := true;
+        RETURN;
+    END IF;
+    IF p_release THEN
+        -- Held until COMMIT: admissions in flight commit first, later ones come after.
+        PERFORM 1 FROM event_sequence q WHERE q.aggregate_id = p_session FOR UPDATE;
+        IF EXISTS (SELECT 1 FROM session_input i
+                   WHERE i.session_id = p_session AND i.promoted_seq IS NULL) THEN
+            out_pending := true;
+            RETURN;
+        END IF;
+    END IF;
+    out_seq := ds_append(p_session, p_type, p_data, p_time, p_node);
+    IF p_release THEN
+        IF p_interrupted THEN
+            UPDATE session_message m SET interrupted = true
+                WHERE m.session_id = p_session AND m.type = 'user' AND NOT m.interrupted
+                  AND m.seq > (SELECT s.claim_seq FROM session s WHERE s.id = p_session);
+        END IF;
+        UPDATE session s SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL,
+            claim_seq = NULL WHERE s.id = p_session;
+    END IF;
+END
+$fn$;
+"#;
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -8,14 +8,17 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use super::tests::{config, pg_conn, pg_db};
+use serde_json::json;
+
+use super::tests::{config, pg_conn, pg_db, sql};
 use super::tests_journal::{journal, journal_with};
 use super::PgConfig;
 use crate::error::StoreError;
 use crate::event::{kind, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::backend::{Ownership, Store};
-use crate::journal::sqlite::test_support::{info, sid};
+use crate::journal::sqlite::test_support::{info, mid, sid};
+use crate::records::Delivery;
 
 fn is_fenced<T: std::fmt::Debug>(result: Result<T, StoreError>, want: u64) -> bool {
     matches!(result, Err(StoreError::Fenced { epoch, .. }) if epoch == want)
@@ -193,5 +196,66 @@ async fn a_request_failing_on_a_lock_runs_alone_after_its_batch() -> Result<(), 
     for id in &ids {
         assert_eq!(a.events_after(id.clone(), None, 10).await?.len(), 2, "{id}");
     }
+    Ok(())
+}
+
+/// Nodes write concurrently: a queued prompt another node admits in a transaction still open
+/// when a turn's terminal settles takes its seq before the terminal's, so the settlement must
+/// see it and owe it the next turn (the turn promoted a prompt, so the queue goes on), not
+/// leave it pending with no turn scheduled.
+#[test]
+fn a_terminal_settles_a_prompt_admitted_concurrently_before_it() -> Result<(), StoreError> {
+    let Some(db) = pg_db("turn_settle_race") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    let mut watch = pg_conn(&db, "watch")?;
+    a.create_session(&info("s", None, 1))?;
+    let s = sid("s");
+    assert_eq!(a.acquire(&s)?, Ownership::Owned { epoch: 1 });
+    a.admit(&s, &mid("p1"), &json!("one"), Delivery::Queue, 2)?;
+    a.claim_turn(&s, 1, "boot", 3)?;
+    assert!(a.promote_queue(&s, 4)?.is_some(), "the turn's progress");
+
+    // Node b admits the next queued prompt and has not committed yet.
+    sql(&mut b, "BEGIN")?;
+    let (admitted, _) = b.admit(&s, &mid("p2"), &json!("two"), Delivery::Queue, 5)?;
+    let backend: i32 = a.query_one("SELECT pg_backend_pid()", &[])?.get(0);
+    let (next, terminal) = std::thread::scope(|scope| {
+        let settling = scope.spawn(|| -> Result<_, StoreError> {
+            sql(&mut a, "BEGIN")?;
+            let settled = a.settle_turn(&s, 1, &SessionEvent::ExecutionSucceeded {}, 6)?;
+            sql(&mut a, "COMMIT")?;
+            Ok(settled)
+        });
+        // Commit the admission once the terminal waits for it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let waiting: bool = watch
+                .query_one(
+                    "SELECT wait_event_type IS NOT DISTINCT FROM 'Lock' \
+                     FROM pg_stat_activity WHERE pid = $1",
+                    &[&backend],
+                )?
+                .get(0);
+            if waiting || settling.is_finished() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sql(&mut b, "COMMIT")?;
+        settling.join().expect("settling thread")
+    })?;
+    assert!(
+        admitted.admitted_seq < terminal.seq,
+        "{admitted:?} {terminal:?}"
+    );
+    assert_eq!(
+        next,
+        Some(admitted.admitted_seq),
+        "the prompt is owed the next turn"
+    );
+    assert!(a.owes_turn(&s)?, "its wake mark is stored");
     Ok(())
 }
