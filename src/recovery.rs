@@ -235,6 +235,94 @@ mod tests {
         runtime.shutdown().await;
     }
 
+    /// A turn that promoted a queued prompt, was stopped by a durable user interrupt request and
+    /// died before its terminal owes the next queued prompt (admitted after the request, with
+    /// no wake of its own) a turn, as its terminal would have settled had it been written: the
+    /// sweep records the interrupt, settles the claim like a terminal does, and takes the
+    /// prompt up in the same sweep.
+    #[actix_rt::test]
+    async fn a_swept_interrupt_settles_the_queue_like_a_terminal() {
+        use serde_json::json;
+
+        use crate::event::SessionEvent;
+        use crate::journal::sqlite::{admit, open_connection, promote_queue, publish, StoreConfig};
+        use crate::records::Delivery;
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sweep.db");
+        let runner = ScriptedRunner::new();
+        let runtime = Runtime::builder()
+            .database(&path)
+            .runner(runner.clone())
+            .sweep_on_start(false)
+            .start()
+            .await
+            .unwrap();
+        let id = SessionId::new("queue").unwrap();
+        runtime
+            .sessions()
+            .create(CreateSession {
+                id: Some(id.clone()),
+                directory: "/sweep".into(),
+                ..CreateSession::default()
+            })
+            .await
+            .unwrap();
+        let later = {
+            // What a dead boot left: its turn promoted p1 and was then asked to stop; p2 was
+            // queued behind the request without a wake.
+            let conn = open_connection(&StoreConfig::new(&path)).unwrap();
+            let p1 = crate::id::MessageId::new("p1").unwrap();
+            let p2 = crate::id::MessageId::new("p2").unwrap();
+            admit(&conn, &id, &p1, &json!("one"), Delivery::Queue, 1).unwrap();
+            publish(
+                &conn,
+                &id,
+                kind::EXECUTION_STARTED,
+                &json!({"boot": "dead"}),
+                2,
+            )
+            .unwrap();
+            assert!(promote_queue(&conn, &id, 3).unwrap().is_some());
+            let request = SessionEvent::InterruptRequested {
+                session_id: id.clone(),
+            };
+            publish(
+                &conn,
+                &id,
+                kind::INTERRUPT_REQUESTED,
+                &request.data().unwrap(),
+                4,
+            )
+            .unwrap();
+            admit(&conn, &id, &p2, &json!("two"), Delivery::Queue, 5)
+                .unwrap()
+                .0
+        };
+        // The resumed turn serves the queue as a runner does (a failure shows in the log below).
+        runner.set_default(
+            &id,
+            Script::custom(|turn| async move {
+                let _ = turn.promote_queue().await;
+                Ok(())
+            }),
+        );
+        let report = runtime.resume_suspended_sessions().await.unwrap();
+        assert_eq!(report.interrupted, vec![id.clone()]);
+        assert_eq!(report.resumed, vec![id.clone()], "p2 is taken up");
+        runtime.execution().await_idle(&id).await.unwrap();
+        let drains = runner.drains_of(&id);
+        assert_eq!(drains.len(), 1, "{drains:?}");
+        let promoted = testing::events_of_kind(&path, &id, kind::PROMPT_PROMOTED).unwrap();
+        assert_eq!(
+            promoted.len(),
+            2,
+            "p1 before the crash, p2 after: {promoted:?}"
+        );
+        assert_eq!(promoted[1].data["messageID"], later.id.as_str());
+        runtime.shutdown().await;
+    }
+
     /// The sweep commits a resumed turn's claim with its restart notice, in one transaction:
     /// the log reads notice, `execution.started` (claim of this boot), then the terminal, with
     /// exactly one claim event for the resumed turn.

@@ -116,8 +116,9 @@ impl Journal {
 /// Settles one orphan:
 ///
 /// - a claimed turn whose durable user interrupt request came after its claim, and that served
-///   nothing admitted after that request, is recorded `interrupted{user}` and released: an
-///   interrupt sticks even when the process died before the turn's terminal;
+///   nothing admitted after that request, is settled and recorded `interrupted{user}` as its
+///   own terminal would have been: an interrupt sticks even when the process died before the
+///   turn's terminal, and a queued prompt the turn's progress made due is taken up;
 /// - a turn over `max` attempts is recorded `failed{aborted}` and released;
 /// - any other is resumed: the restart notice and, right behind it, the turn's claim
 ///   (`session.execution.started`), so each orphan's pages are dirtied once.
@@ -144,6 +145,9 @@ fn sweep_one(
             };
             let interrupted = matches!((claim, fence), (Some(c), Some(f)) if f > c);
             if interrupted && inputs.is_empty() {
+                // Settled as the turn's own terminal would have been, while the claim is held:
+                // after progress, the next queued prompt is owed a turn (adopted below).
+                w.store().settle(&id)?;
                 let reason = InterruptReason::User;
                 w.append(&id, &SessionEvent::ExecutionInterrupted { reason })?;
                 // A prompt acknowledged after the interrupt request is still owed its turn.

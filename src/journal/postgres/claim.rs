@@ -328,6 +328,12 @@ pub(crate) fn served_inputs(
 /// marks of inputs admitted before the claim are dropped.
 pub(crate) fn settle(conn: &mut PgConn, session: &SessionId) -> Result<Option<u64>, StoreError> {
     let s = session.as_str();
+    // Until COMMIT: an admission another node has in flight commits first (and is seen by the
+    // probes below), a later one gets a seq after this settlement's terminal.
+    conn.execute(
+        "SELECT 1 FROM event_sequence WHERE aggregate_id = $1 FOR UPDATE",
+        &[&s],
+    )?;
     let pending = conn.query_one(
         "SELECT EXISTS (SELECT 1 FROM session_input \
          WHERE session_id = $1 AND promoted_seq IS NULL)",
