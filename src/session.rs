@@ -6,6 +6,7 @@
 //! runs the drain as a cancellable future on its arbiter (a panic is caught and recorded as
 //! `Failed{kind: "panic"}`), and commits the terminal event (+ release, except on shutdown).
 
+mod contain;
 pub(crate) mod coordinator;
 mod handlers;
 pub(crate) mod messages;
@@ -18,9 +19,9 @@ use std::time::Duration;
 
 use actix::prelude::*;
 use futures::channel::oneshot;
-use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 
+use self::contain::{panic_message, DropSafe};
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
 use self::messages::Passivate;
 use crate::crash;
@@ -415,44 +416,6 @@ impl SessionActor {
             }
         }));
         Vec::new()
-    }
-}
-
-/// A drain future whose *drop* (cancellation) cannot unwind into the actor: a panic raised
-/// while the runner's future is dropped is caught and logged.
-struct DropSafe<T>(Option<LocalBoxFuture<'static, T>>);
-
-impl<T> std::future::Future for DropSafe<T> {
-    type Output = T;
-
-    fn poll(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<T> {
-        match self.0.as_mut() {
-            Some(future) => future.as_mut().poll(cx),
-            None => std::task::Poll::Pending,
-        }
-    }
-}
-
-impl<T> Drop for DropSafe<T> {
-    fn drop(&mut self) {
-        if let Some(future) = self.0.take() {
-            if std::panic::catch_unwind(AssertUnwindSafe(move || drop(future))).is_err() {
-                log::error!("a drain panicked while being cancelled; the panic was contained");
-            }
-        }
-    }
-}
-
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_string()
     }
 }
 
