@@ -109,8 +109,10 @@ pub(crate) fn count_resumes(
 }
 
 /// What the sweep reads of `id`'s claimed turn, in one statement: `None` when it holds no
-/// claim; else its claim seq and the seq of its latest interrupt request (the literal type
-/// lets the partial index `event_interrupt` serve it).
+/// claim for `boot`; else its claim seq and the seq of its latest interrupt request (the
+/// literal type lets the partial index `event_interrupt` serve it). The row stays locked until
+/// COMMIT, so another node cannot count the turn for itself (its count skips locked rows)
+/// between this read and the sweep's writes, which would then be two nodes' writes.
 pub(crate) fn claimed_turn(
     conn: &mut PgConn,
     id: &SessionId,
@@ -119,7 +121,8 @@ pub(crate) fn claimed_turn(
     let row = conn.query_opt(
         "SELECT s.claim_seq, (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = s.id \
                               AND e.type = 'session.interrupt.requested') \
-         FROM session s WHERE s.id = $1 AND s.time_suspended IS NOT NULL AND s.claim_boot = $2",
+         FROM session s WHERE s.id = $1 AND s.time_suspended IS NOT NULL AND s.claim_boot = $2 \
+         FOR NO KEY UPDATE OF s",
         &[&id.as_str(), &boot],
     )?;
     row.map(|row| {
