@@ -461,11 +461,27 @@ fn query<T>(
 impl Rows {
     fn read(path: &Path) -> Rows {
         let conn = open(path);
+        // From schema version 6 the claim columns are a table of their own.
+        let claims_apart: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE name = 'session_claim')",
+                [],
+                |r| r.get(0),
+            )
+            .expect("the schema");
         let sessions = query(
             &conn,
-            "SELECT id, parent_id, title, directory, agent, model, metadata, time_created, \
-             time_updated, time_suspended, resume_attempts, claim_boot \
-             FROM session ORDER BY time_created, id",
+            if claims_apart {
+                "SELECT s.id, s.parent_id, s.title, s.directory, s.agent, s.model, s.metadata, \
+                 s.time_created, s.time_updated, c.time_suspended, \
+                 COALESCE(c.resume_attempts, 0), c.claim_boot \
+                 FROM session s LEFT JOIN session_claim c ON c.session_id = s.id \
+                 ORDER BY s.time_created, s.id"
+            } else {
+                "SELECT id, parent_id, title, directory, agent, model, metadata, time_created, \
+                 time_updated, time_suspended, resume_attempts, claim_boot \
+                 FROM session ORDER BY time_created, id"
+            },
             |r| {
                 Ok(RawSession {
                     id: r.get(0)?,
