@@ -25,7 +25,8 @@
 //!   SSE `data:` line) with the stored row it came from. Only the columns schema version 2 has
 //!   are compared: those later versions added (`claim_seq`, `wake`, `interrupted`, and
 //!   version 4's `log_start`, the start of a log retention compacted) have no counterpart in
-//!   the fixture.
+//!   the fixture. Version 6 moved the claim's columns to `session_claim`: they are read from
+//!   there, joined to their session, when the database has it.
 //! - With the `http` feature, [`sse_frames_of_a_database_written_before_the_redesign`] reads the
 //!   fixture's events as Server-Sent Events and compares the frames byte for byte.
 #![cfg(unix)]
