@@ -216,10 +216,11 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
 }
 
 /// The next seq of session `?1`, as the runtime reads it (schema version 6): one past its log's
-/// newest seq, never below the log's start.
+/// newest seq, never below its floor (`event_floor`, written by a compaction that kept no
+/// event).
 pub const NEXT_SEQ: &str = "SELECT MAX( \
      COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1) + 1, 0), \
-     COALESCE((SELECT log_start FROM session WHERE id = ?1), 0))";
+     COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
 
 /// A direct rusqlite connection doing the baselines' writes on sessions' claim rows.
 pub struct Raw {
@@ -270,7 +271,7 @@ impl Raw {
     }
 
     /// The statements of the runtime's claim transaction, by hand: a savepoint, the next seq
-    /// (the log's newest, floored by its start), the `session.execution.started` insert (a
+    /// (one past the log's newest, floored), the `session.execution.started` insert (a
     /// serialized JSON payload) and the claim row's upsert. (A diagnostic: how much of a
     /// turn's commit is SQL work.)
     pub fn claim_shaped(&mut self) -> rusqlite::Result<()> {

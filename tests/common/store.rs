@@ -140,11 +140,11 @@ impl StoreView {
         }
         drop(stmt);
         // Schema version 6 keeps no counter: a log's next seq is one past its newest, never
-        // below its start (`log_start`, one past the last seq of a log compacted whole).
+        // below its floor (`event_floor`, written by a compaction that kept no event).
         let mut stmt = tx
             .prepare(
                 "SELECT id, MAX(seq) FROM (SELECT aggregate_id AS id, seq FROM event \
-                 UNION ALL SELECT id, log_start - 1 FROM session) \
+                 UNION ALL SELECT aggregate_id, seq - 1 FROM event_floor) \
                  GROUP BY id HAVING MAX(seq) >= 0",
             )
             .unwrap();

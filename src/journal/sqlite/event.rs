@@ -13,11 +13,11 @@ use crate::journal::projection;
 
 /// The query behind [`next_seq`] (and, one less, [`latest_seq`]): one past the newest seq of
 /// the session's log, read from the event index (the leaf the new event's entry goes to), and
-/// never below the start of the log (`session.log_start`, which a compaction that kept no
-/// event leaves one past the latest seq).
+/// never below the session's `event_floor` (written by a compaction that kept none of the
+/// log's events).
 const NEXT_SEQ_SQL: &str = "SELECT MAX( \
          COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1) + 1, 0), \
-         COALESCE((SELECT log_start FROM session WHERE id = ?1), 0))";
+         COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
 
 /// The seq the next event of `session` gets (0 for the first).
 fn next_seq(conn: &Connection, session: &SessionId) -> Result<u64, StoreError> {

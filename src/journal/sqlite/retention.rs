@@ -35,14 +35,15 @@ pub(crate) fn session_tree(
     Ok(tree)
 }
 
-/// Deletes every row keyed by `session`: the inbox, the transcript, the event log, the claim
-/// and the session row.
+/// Deletes every row keyed by `session`: the inbox, the transcript, the event log, the claim,
+/// the seq floor and the session row.
 pub(crate) fn delete_session(conn: &Connection, session: &SessionId) -> Result<(), StoreError> {
     for sql in [
         "DELETE FROM session_input WHERE session_id = ?1",
         "DELETE FROM session_message WHERE session_id = ?1",
         "DELETE FROM event WHERE aggregate_id = ?1",
         "DELETE FROM session_claim WHERE session_id = ?1",
+        "DELETE FROM event_floor WHERE aggregate_id = ?1",
         "DELETE FROM session WHERE id = ?1",
     ] {
         conn.prepare_cached(sql)?.execute([session.as_str()])?;
@@ -95,7 +96,9 @@ pub(crate) fn compactable(
 
 /// Compacts `session`'s log if it still qualifies (unclaimed, idle since before
 /// `idle_before`, more than `keep_last` events): deletes every event below the new start but
-/// the latest interrupt request, and records the start. Returns it and how many events went.
+/// the latest interrupt request, and records the start. When no event is kept (`keep_last`
+/// 0), the start is also the log's seq floor (`event_floor`): the next event gets it, as it
+/// would have with the newest event kept. Returns the start and how many events went.
 pub(crate) fn compact(
     conn: &Connection,
     session: &SessionId,
@@ -139,6 +142,13 @@ pub(crate) fn compact(
         ])?;
     conn.prepare_cached("UPDATE session SET log_start = ?2 WHERE id = ?1")?
         .execute(rusqlite::params![session.as_str(), seq_param(start_now)])?;
+    if start_now > latest {
+        conn.prepare_cached(
+            "INSERT INTO event_floor (aggregate_id, seq) VALUES (?1, ?2) \
+             ON CONFLICT (aggregate_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
+        )?
+        .execute(rusqlite::params![session.as_str(), seq_param(start_now)])?;
+    }
     Ok(Some((start_now, deleted)))
 }
 

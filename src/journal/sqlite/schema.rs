@@ -185,13 +185,13 @@ END;
 /// row, rewritten by the claim (509). Both go:
 ///
 /// - `event_sequence` is dropped. A session's next seq is one past the newest seq of its log,
-///   read from the event index (the leaf the event's own index entry dirties anyway), and never
-///   below `session.log_start`: a compaction that kept no event of the log (`keep_last` 0)
-///   records the start one past the latest seq, so seqs stay monotonic without a counter, and
-///   the floor is written at compaction only. The migration raises `log_start` where the
-///   counter was ahead of the log and of the start (a log whose newest events were deleted by
-///   hand; compaction as this crate does it never leaves that), so no seq is handed out twice.
-///   A counter without a session row (no log a runtime reads) goes with the table.
+///   read from the event index (the leaf the event's own index entry dirties anyway), and
+///   never below its row in `event_floor`: the only log whose newest event is gone is one a
+///   compaction kept no event of (`keep_last` 0), and that compaction writes the floor (one
+///   past the log's last seq), so seqs stay monotonic and the floor is written at compaction
+///   only, never per turn; nothing of a turn reads the session's row for it either. The
+///   migration writes a floor wherever the counter was ahead of the log, so no seq is handed
+///   out twice.
 /// - The claim (`time_suspended`, `claim_seq`, `claim_boot`, `resume_attempts`) moves to
 ///   `session_claim`, a narrow table with a row only while a session holds a claim or counts
 ///   resume attempts (the restart sweep counts an adoption before it claims): a claim inserts
@@ -213,11 +213,14 @@ CREATE INDEX session_claim_time ON session_claim(time_suspended, session_id)
 INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot, resume_attempts)
     SELECT id, time_suspended, claim_seq, claim_boot, resume_attempts FROM session
     WHERE time_suspended IS NOT NULL OR resume_attempts <> 0;
-UPDATE session SET log_start = (
-    SELECT q.seq + 1 FROM event_sequence q WHERE q.aggregate_id = session.id
-) WHERE (SELECT q.seq + 1 FROM event_sequence q WHERE q.aggregate_id = session.id) > MAX(
-    log_start, COALESCE((SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = session.id) + 1, 0)
-);
+CREATE TABLE event_floor (
+    aggregate_id TEXT PRIMARY KEY,
+    seq          INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO event_floor (aggregate_id, seq)
+    SELECT q.aggregate_id, q.seq + 1 FROM event_sequence q
+    WHERE q.seq + 1 > COALESCE(
+        (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = q.aggregate_id) + 1, 0);
 DROP TABLE event_sequence;
 DROP INDEX session_claimed;
 ALTER TABLE session DROP COLUMN time_suspended;

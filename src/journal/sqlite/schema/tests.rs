@@ -132,12 +132,15 @@ fn version_4_titles_are_indexed_by_the_migration() -> Result<(), StoreError> {
 /// A version-5 database migrates to version 6 keeping every claim (and the attempt count
 /// of an adoption not claimed yet) in `session_claim`, and every session's next seq: after
 /// its newest event, after a log compacted whole (the start one past its last seq), and
-/// after a counter that was ahead of the log. The title index still finds the sessions
-/// once the claim columns are dropped from `session`.
+/// after a counter that was ahead of the log (a floor in `event_floor`; what the log holds
+/// is replayed as before). The title index still finds the sessions once the claim columns
+/// are dropped from `session`.
 #[test]
 fn version_5_claims_and_seq_counters_migrate_to_version_6() -> Result<(), StoreError> {
     use crate::journal::sqlite::test_support::sid;
-    use crate::journal::sqlite::{claim_seq, claim_state, latest_seq, list_claimed, publish};
+    use crate::journal::sqlite::{
+        claim_seq, claim_state, events_after, latest_seq, list_claimed, log_start, publish,
+    };
 
     let dir = tempdir()?;
     let cfg = StoreConfig::new(dir.path().join("s.db"));
@@ -244,6 +247,14 @@ fn version_5_claims_and_seq_counters_migrate_to_version_6() -> Result<(), StoreE
     assert_eq!((idle.time_suspended, idle.resume_attempts), (None, 0));
     let claim_rows: i64 = conn.query_row("SELECT COUNT(*) FROM session_claim", [], |r| r.get(0))?;
     assert_eq!(claim_rows, 2, "only the claimed and the counted session");
+
+    let floors: i64 = conn.query_row("SELECT COUNT(*) FROM event_floor", [], |r| r.get(0))?;
+    assert_eq!(
+        floors, 2,
+        "the log compacted whole and the counter ahead of its log"
+    );
+    assert_eq!(log_start(&conn, &sid("ahead"))?, Some(0));
+    assert_eq!(events_after(&conn, &sid("ahead"), None, 10)?.len(), 3);
 
     for (id, latest) in [
         ("claimed", 1),
