@@ -200,6 +200,11 @@ END;
 ///   `session_claimed`). Claims and counts stored before are moved over, then the columns are
 ///   dropped from `session` (each `DROP COLUMN` rewrites the table once; rowids, and so the
 ///   title index, are kept).
+///
+/// With both, the same commit writes about 690 pages at 1,000,000 sessions, no more than at
+/// 1,000 (about 800, nearly all of them the event index either way), and steady turns/s at
+/// 1,000,000 went from about 3,600 to 7,800 (`growth`, alternating runs, 2026-12-01). The
+/// migration of a 1,000,000-session store took about 4 s, most of it the four rewrites.
 const V6: &str = r"
 CREATE TABLE session_claim (
     session_id      TEXT PRIMARY KEY REFERENCES session(id) ON DELETE CASCADE,
