@@ -203,7 +203,8 @@ END;
 ///
 /// With both, the same commit writes about 690 pages at 1,000,000 sessions, no more than at
 /// 1,000 (about 800, nearly all of them the event index either way), and steady turns/s at
-/// 1,000,000 went from about 3,600 to 7,800 (`growth`, alternating runs, 2026-12-01). The
+/// 1,000,000 went from about 3,100 to 8,500 (`growth`, medians of 5 and 4 alternating runs,
+/// 2026-12-01; at 1,000 sessions about 8,600 and 10,200, within the runs' noise). The
 /// migration of a 1,000,000-session store took about 4 s, most of it the four rewrites.
 const V6: &str = r"
 CREATE TABLE session_claim (
