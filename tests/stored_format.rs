@@ -25,7 +25,8 @@
 //!   SSE `data:` line) with the stored row it came from. Only the columns schema version 2 has
 //!   are compared: those later versions added (`claim_seq`, `wake`, `interrupted`, and
 //!   version 4's `log_start`, the start of a log retention compacted) have no counterpart in
-//!   the fixture.
+//!   the fixture. Version 6 moved the claim's columns to `session_claim`: they are read from
+//!   there, joined to their session, when the database has it.
 //! - With the `http` feature, [`sse_frames_of_a_database_written_before_the_redesign`] reads the
 //!   fixture's events as Server-Sent Events and compares the frames byte for byte.
 #![cfg(unix)]
@@ -461,11 +462,27 @@ fn query<T>(
 impl Rows {
     fn read(path: &Path) -> Rows {
         let conn = open(path);
+        // From schema version 6 the claim columns are a table of their own.
+        let claims_apart: bool = conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_schema WHERE name = 'session_claim')",
+                [],
+                |r| r.get(0),
+            )
+            .expect("the schema");
         let sessions = query(
             &conn,
-            "SELECT id, parent_id, title, directory, agent, model, metadata, time_created, \
-             time_updated, time_suspended, resume_attempts, claim_boot \
-             FROM session ORDER BY time_created, id",
+            if claims_apart {
+                "SELECT s.id, s.parent_id, s.title, s.directory, s.agent, s.model, s.metadata, \
+                 s.time_created, s.time_updated, c.time_suspended, \
+                 COALESCE(c.resume_attempts, 0), c.claim_boot \
+                 FROM session s LEFT JOIN session_claim c ON c.session_id = s.id \
+                 ORDER BY s.time_created, s.id"
+            } else {
+                "SELECT id, parent_id, title, directory, agent, model, metadata, time_created, \
+                 time_updated, time_suspended, resume_attempts, claim_boot \
+                 FROM session ORDER BY time_created, id"
+            },
             |r| {
                 Ok(RawSession {
                     id: r.get(0)?,

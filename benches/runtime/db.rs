@@ -79,8 +79,8 @@ fn close(conn: Connection) -> BenchResult<()> {
 const TITLE_TRIGGER: &str = "session_search_insert";
 
 /// Inserts `n` top-level sessions as `Sessions::create` would store them (row, `session.created`
-/// event at seq 0, `event_sequence`, the title index), in one transaction. Every
-/// `claim_every`-th session (when non-zero) is left claimed by an earlier boot (`claim_boot =
+/// event at seq 0, the title index), in one transaction. Every `claim_every`-th session (when
+/// non-zero) is left claimed by an earlier boot (a `session_claim` row with `claim_boot =
 /// 'previous'`), as a crash would.
 ///
 /// The title index is built once at the end, as the schema migration indexes an existing
@@ -106,15 +106,16 @@ pub fn seed_sessions(path: &Path, n: usize, claim_every: usize) -> BenchResult<V
         {
             let mut session = tx.prepare(
                 "INSERT INTO session (id, parent_id, title, directory, agent, model, metadata, \
-                 time_created, time_updated, time_suspended, resume_attempts, claim_boot) \
-                 VALUES (?1, NULL, ?2, ?3, NULL, NULL, NULL, ?4, ?4, ?5, 0, ?6)",
+                 time_created, time_updated) VALUES (?1, NULL, ?2, ?3, NULL, NULL, NULL, ?4, ?4)",
+            )?;
+            let mut claim = tx.prepare(
+                "INSERT INTO session_claim (session_id, time_suspended, claim_boot) \
+                 VALUES (?1, ?2, 'previous')",
             )?;
             let mut event = tx.prepare(
                 "INSERT INTO event (aggregate_id, seq, type, data, time) \
                  VALUES (?1, 0, 'session.created', ?2, ?3)",
             )?;
-            let mut sequence =
-                tx.prepare("INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0)")?;
             for i in 0..n {
                 let id = SessionId::generate();
                 let time = now - (n - i) as i64;
@@ -131,26 +132,15 @@ pub fn seed_sessions(path: &Path, n: usize, claim_every: usize) -> BenchResult<V
                     time_suspended: None,
                     resume_attempts: 0,
                 };
-                let claimed = claim_every > 0 && i % claim_every == 0;
-                let (suspended, boot) = if claimed {
-                    (Some(time), Some("previous"))
-                } else {
-                    (None, None)
-                };
-                session.execute(params![
-                    id.as_str(),
-                    info.title,
-                    info.directory,
-                    time,
-                    suspended,
-                    boot
-                ])?;
+                session.execute(params![id.as_str(), info.title, info.directory, time])?;
+                if claim_every > 0 && i % claim_every == 0 {
+                    claim.execute(params![id.as_str(), time])?;
+                }
                 event.execute(params![
                     id.as_str(),
                     serde_json::to_string(&json!({ "info": info }))?,
                     time
                 ])?;
-                sequence.execute([id.as_str()])?;
                 ids.push(id);
             }
         }
@@ -198,7 +188,7 @@ fn event_payload(id: &SessionId, seq: u64) -> String {
 }
 
 /// Inserts one session whose log holds `n` events (seqs `0..n`: `session.created`, then
-/// `session.synthetic`), with the matching `event_sequence` row, in one transaction.
+/// `session.synthetic`), in one transaction.
 pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
     let id = seed_sessions(path, 1, 0)?.remove(0);
     let mut conn = open(path, Synchronous::Normal)?;
@@ -218,10 +208,6 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
                     now
                 ])?;
             }
-            tx.execute(
-                "UPDATE event_sequence SET seq = ?2 WHERE aggregate_id = ?1",
-                params![id.as_str(), n.saturating_sub(1) as i64],
-            )?;
         }
         tx.commit()?;
     }
@@ -229,7 +215,14 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
     Ok(id)
 }
 
-/// A direct rusqlite connection doing the baselines' writes on `session` rows.
+/// The next seq of session `?1`, as the runtime reads it (schema version 6): one past its log's
+/// newest seq, never below its floor (`event_floor`, written by a compaction that kept no
+/// event).
+pub const NEXT_SEQ: &str = "SELECT MAX( \
+     COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1) + 1, 0), \
+     COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
+
+/// A direct rusqlite connection doing the baselines' writes on sessions' claim rows.
 pub struct Raw {
     conn: Connection,
     ids: Vec<String>,
@@ -277,9 +270,10 @@ impl Raw {
         )
     }
 
-    /// The statements of the runtime's claim transaction, by hand: a savepoint, the sequence
-    /// upsert, the `session.execution.started` insert (a serialized JSON payload) and the claim
-    /// UPDATE. (A diagnostic: how much of a turn's commit is SQL work.)
+    /// The statements of the runtime's claim transaction, by hand: a savepoint, the next seq
+    /// (one past the log's newest, floored), the `session.execution.started` insert (a
+    /// serialized JSON payload) and the claim row's upsert. (A diagnostic: how much of a
+    /// turn's commit is SQL work.)
     pub fn claim_shaped(&mut self) -> rusqlite::Result<()> {
         let id = self.id();
         let now = now_ms();
@@ -290,10 +284,7 @@ impl Raw {
         {
             let sp = tx.savepoint()?;
             let seq: i64 = sp
-                .prepare_cached(
-                    "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
-                     ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq",
-                )?
+                .prepare_cached(NEXT_SEQ)?
                 .query_row([&id], |row| row.get(0))?;
             sp.prepare_cached(
                 "INSERT INTO event (aggregate_id, seq, type, data, time) \
@@ -301,8 +292,10 @@ impl Raw {
             )?
             .execute(params![id, seq, data, now])?;
             sp.prepare_cached(
-                "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), \
-                 claim_boot = 'shaped' WHERE id = ?1",
+                "INSERT INTO session_claim (session_id, time_suspended, claim_boot) \
+                 VALUES (?1, ?2, 'shaped') ON CONFLICT (session_id) DO UPDATE SET \
+                 time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
+                 claim_boot = excluded.claim_boot",
             )?
             .execute(params![id, now])?;
             sp.commit()?;
@@ -315,14 +308,15 @@ impl Raw {
         let id = self.id();
         self.transaction(
             &id,
-            "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), \
-             claim_boot = 'naive' WHERE id = ?1",
+            "INSERT INTO session_claim (session_id, time_suspended, claim_boot) \
+             VALUES (?1, ?2, 'naive') ON CONFLICT (session_id) DO UPDATE SET \
+             time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
+             claim_boot = excluded.claim_boot",
             true,
         )?;
         self.transaction(
             &id,
-            "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL \
-             WHERE id = ?1",
+            "DELETE FROM session_claim WHERE session_id = ?1",
             false,
         )
     }

@@ -1,5 +1,5 @@
 //! `events`: replay of 1,000,000 stored events of one session (seeded by rusqlite directly: seqs
-//! `0..N` and the matching `event_sequence` row) to a subscriber of `Sessions::events(id, None)`,
+//! `0..N`) to a subscriber of `Sessions::events(id, None)`,
 //! counted until the last seq arrives; events/s. Also timed: `testing::events` (the store's
 //! replay query in one call, no runtime). Baseline: a raw rusqlite `SELECT` of the same rows,
 //! every column read into owned values.

@@ -80,8 +80,8 @@ struct Size {
     search_short: Vec<f64>,
     create50: Vec<f64>,
     create99: Vec<f64>,
-    /// WAL frames per commit: claims, releases, then each statement alone (sequence upsert,
-    /// event insert, claim update).
+    /// WAL frames per commit: claims, releases, then each statement alone (next seq read,
+    /// event insert, claim row upsert).
     frames: [f64; 5],
 }
 
@@ -220,7 +220,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         }
         size.frames = wal_frames(&path, batch)?;
         ctx.log(format_args!(
-            "growth {n}: WAL frames per commit of {} claims {}, releases {}; alone: sequence \
+            "growth {n}: WAL frames per commit of {} claims {}, releases {}; alone: next seq \
              {}, event {}, claim {}",
             PROFILE_BATCH.min(ids.len()),
             size.frames[0],
@@ -417,8 +417,8 @@ fn frames_row(at: String, batch: usize, frames: [f64; 5]) -> Row {
         vec![frames[0]],
     )
     .note(format!(
-        "{batch} releases: {}; each statement alone over the same {batch} sessions: sequence \
-         upsert {}, event insert {}, claim UPDATE {} (4 KiB pages)",
+        "{batch} releases: {}; each statement alone over the same {batch} sessions: next seq \
+         read {}, event insert {}, claim row upsert {} (4 KiB pages)",
         frames[1], frames[2], frames[3], frames[4]
     ))
 }
@@ -748,24 +748,26 @@ async fn long_transcript(
 }
 
 /// WAL frames one commit appends, by rusqlite on the closed database at `path`, for the
-/// sessions `ids`: each one's claim as the runtime writes it (sequence upsert,
-/// `session.execution.started`, claim UPDATE), then each one's release (the same with the
-/// terminal and the release UPDATE), then each statement alone. The WAL is checkpointed
+/// sessions `ids`: each one's claim as the runtime writes it (next seq read,
+/// `session.execution.started`, claim row upsert), then each one's release (the same with the
+/// terminal and the claim row's deletion), then each statement alone. The WAL is checkpointed
 /// (PASSIVE, no reader) after each commit, so the next commit starts it over.
 fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 5]> {
     let mut conn = db::open(path, Synchronous::Full)?;
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
-    const SEQ: &str = "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
-         ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq";
+    const SEQ: &str = db::NEXT_SEQ;
     const EVENT: &str =
         "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)";
-    const CLAIM: &str = "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), \
-         claim_seq = CASE WHEN time_suspended IS NULL THEN ?4 ELSE COALESCE(claim_seq, ?4) END, \
-         claim_boot = ?3 WHERE id = ?1";
-    const RELEASE: &str = "UPDATE session SET time_suspended = NULL, resume_attempts = 0, \
-         claim_boot = NULL, claim_seq = NULL WHERE id = ?1 AND ?2 IS NOT NULL";
-    // Which statements each commit runs: sequence, event (with its type), projection.
+    const CLAIM: &str = "INSERT INTO session_claim (session_id, time_suspended, claim_seq, \
+         claim_boot) SELECT id, ?2, ?4, ?3 FROM session WHERE id = ?1 \
+         ON CONFLICT (session_id) DO UPDATE SET \
+           time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
+           claim_seq = CASE WHEN time_suspended IS NULL THEN excluded.claim_seq \
+                            ELSE COALESCE(claim_seq, excluded.claim_seq) END, \
+           claim_boot = excluded.claim_boot";
+    const RELEASE: &str = "DELETE FROM session_claim WHERE session_id = ?1 AND ?2 IS NOT NULL";
+    // Which statements each commit runs: next seq, event (with its type), projection.
     type Shape = (bool, Option<&'static str>, Option<&'static str>);
     let shapes: [Shape; 5] = [
         (true, Some("session.execution.started"), Some(CLAIM)),
@@ -783,11 +785,9 @@ fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 5]> {
                 tx.prepare_cached(SEQ)?
                     .query_row([id.as_str()], |r| r.get(0))?
             } else {
-                tx.query_row(
-                    "SELECT seq + 1000000 FROM event_sequence WHERE aggregate_id = ?1",
-                    [id.as_str()],
-                    |r| r.get(0),
-                )?
+                tx.prepare_cached(SEQ)?
+                    .query_row([id.as_str()], |r| r.get::<_, i64>(0))?
+                    + 1_000_000
             };
             if let Some(kind) = event {
                 tx.prepare_cached(EVENT)?.execute(params![
@@ -819,7 +819,8 @@ fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 5]> {
     Ok(frames)
 }
 
-/// Checkpoints the WAL and returns how many frames it held.
+/// Checkpoints the WAL and returns how many frames it held, then empties it (`TRUNCATE`), so
+/// that a commit that writes nothing counts 0 frames instead of the frames of the one before.
 fn checkpointed_frames(conn: &Connection) -> BenchResult<f64> {
     let (busy, log): (i64, i64) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
         Ok((r.get(0)?, r.get(1)?))
@@ -827,5 +828,6 @@ fn checkpointed_frames(conn: &Connection) -> BenchResult<f64> {
     if busy != 0 {
         return Err("the WAL checkpoint was blocked".into());
     }
+    conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
     Ok(log as f64)
 }

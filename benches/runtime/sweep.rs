@@ -123,8 +123,9 @@ fn raw_sweep(
     let started = Instant::now();
     let orphans: Vec<String> = conn
         .prepare(
-            "SELECT id FROM session WHERE time_suspended IS NOT NULL AND parent_id IS NULL \
-             AND claim_boot <> 'now' ORDER BY time_suspended, id",
+            "SELECT c.session_id FROM session_claim c CROSS JOIN session s \
+             ON s.id = c.session_id WHERE c.time_suspended IS NOT NULL AND s.parent_id IS NULL \
+             AND c.claim_boot <> 'now' ORDER BY c.time_suspended, c.session_id",
         )?
         .query_map([], |row| row.get(0))?
         .collect::<rusqlite::Result<_>>()?;
@@ -134,11 +135,11 @@ fn raw_sweep(
     type Event = (&'static str, Option<&'static str>);
     let claim = (
         "session.execution.started",
-        Some("UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), claim_boot = 'now' WHERE id = ?1"),
+        Some("UPDATE session_claim SET time_suspended = COALESCE(time_suspended, ?2), claim_boot = 'now' WHERE session_id = ?1"),
     );
     let release = (
         "session.execution.succeeded",
-        Some("UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL WHERE id = ?1 AND ?2 IS NOT NULL"),
+        Some("DELETE FROM session_claim WHERE session_id = ?1 AND ?2 IS NOT NULL"),
     );
     let steps: [&[Event]; 3] = [&[], &[("session.synthetic", None), claim], &[release]];
     let mut phases = [started.elapsed().as_secs_f64(), 0.0, 0.0, 0.0];
@@ -149,18 +150,15 @@ fn raw_sweep(
             let now = db::now_ms();
             if events.is_empty() {
                 tx.prepare_cached(
-                    "UPDATE session SET resume_attempts = resume_attempts + 1, claim_boot = 'now' \
-                     WHERE id = ?1 RETURNING resume_attempts",
+                    "UPDATE session_claim SET resume_attempts = resume_attempts + 1, \
+                     claim_boot = 'now' WHERE session_id = ?1 RETURNING resume_attempts",
                 )?
                 .query_row([id], |row| row.get::<_, i64>(0))?;
                 continue;
             }
             for (kind, projection) in events {
                 let seq: i64 = tx
-                    .prepare_cached(
-                        "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
-                         ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq",
-                    )?
+                    .prepare_cached(db::NEXT_SEQ)?
                     .query_row([id], |row| row.get(0))?;
                 tx.prepare_cached(
                     "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)",

@@ -17,7 +17,7 @@ fn open(path: &Path) -> Result<rusqlite::Connection, StoreError> {
     Ok(conn)
 }
 
-/// The claim columns of `session` (`None` when the row is missing).
+/// The claim of `session` (`None` when the session is missing).
 pub(crate) fn claim_state(
     path: &Path,
     session: &SessionId,
@@ -70,8 +70,10 @@ pub(crate) fn seed_claim(
     }
     let conn = open(path)?;
     let changed = conn.execute(
-        "UPDATE session SET time_suspended = ?2, resume_attempts = ?3, claim_boot = 'seeded', \
-         claim_seq = (SELECT seq FROM event_sequence WHERE aggregate_id = ?1) WHERE id = ?1",
+        "INSERT OR REPLACE INTO session_claim \
+             (session_id, time_suspended, resume_attempts, claim_boot, claim_seq) \
+         SELECT id, ?2, ?3, 'seeded', (SELECT MAX(seq) FROM event WHERE aggregate_id = ?1) \
+         FROM session WHERE id = ?1",
         rusqlite::params![session.as_str(), super::now_ms(), attempts],
     )?;
     if changed == 0 {

@@ -90,10 +90,12 @@ impl StoreView {
         if has_schema == 0 {
             return view;
         }
+        // Schema version 6 keeps the claims in a table of their own.
         let mut stmt = tx
             .prepare(
-                "SELECT id, parent_id, time_suspended, resume_attempts, claim_boot, claim_seq \
-                 FROM session",
+                "SELECT s.id, s.parent_id, c.time_suspended, COALESCE(c.resume_attempts, 0), \
+                 c.claim_boot, c.claim_seq \
+                 FROM session s LEFT JOIN session_claim c ON c.session_id = s.id",
             )
             .unwrap();
         let rows = stmt
@@ -137,8 +139,14 @@ impl StoreView {
             });
         }
         drop(stmt);
+        // Schema version 6 keeps no counter: a log's next seq is one past its newest, never
+        // below its floor (`event_floor`, written by a compaction that kept no event).
         let mut stmt = tx
-            .prepare("SELECT aggregate_id, seq FROM event_sequence")
+            .prepare(
+                "SELECT id, MAX(seq) FROM (SELECT aggregate_id AS id, seq FROM event \
+                 UNION ALL SELECT aggregate_id, seq - 1 FROM event_floor) \
+                 GROUP BY id HAVING MAX(seq) >= 0",
+            )
             .unwrap();
         let rows = stmt
             .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
@@ -504,7 +512,8 @@ impl StoreView {
     /// Every violation of the store-wide invariants, empty when they all hold:
     ///
     /// - per session, event seqs are exactly `0..=max` (no gap, no duplicate), the first event is
-    ///   `session.created`, and `event_sequence` holds `max`;
+    ///   `session.created`, and the seq counter holds `max` (PostgreSQL's `event_sequence`;
+    ///   SQLite derives it from the log and its start);
     /// - replaying the log's claims (`started` claims; succeeded/failed/non-shutdown interrupted
     ///   release) matches the `session` row (its `claim_seq` is the `started` that began the
     ///   claim), a released row has 0 attempts and no claim seq; a restart notice is followed,

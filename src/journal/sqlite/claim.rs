@@ -1,6 +1,12 @@
-//! Claim bookkeeping on `session`: claim, release, resume counting and the restart sweep's reads.
+//! Claim bookkeeping in `session_claim`: claim, release, resume counting and the restart
+//! sweep's reads.
 //!
-//! None of these writes touch `time_updated`: a claim is execution state, not a session change.
+//! A session has a `session_claim` row only while it holds a claim (`time_suspended` set) or
+//! the restart sweep has counted an adoption it has not claimed yet (`time_suspended` NULL,
+//! `resume_attempts` counted); a release deletes the row. So a claim and its release write a
+//! few pages of a table as small as the number of claimed sessions, not the session's row.
+//! None of these writes touch `session.time_updated`: a claim is execution state, not a
+//! session change.
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -10,7 +16,8 @@ use crate::records::ClaimState;
 
 /// Claims `id` for a turn started by process boot `boot` with the event at `seq`. The first
 /// claim's time, seq (`claim_seq`) and the attempt count survive a second claim (a resumed
-/// attempt of the same turn); `claim_boot` is always updated. Returns whether the row exists.
+/// attempt of the same turn); `claim_boot` is always updated. Returns whether the session
+/// exists (nothing is written when it does not).
 pub(crate) fn claim(
     conn: &Connection,
     id: &SessionId,
@@ -19,19 +26,21 @@ pub(crate) fn claim(
     boot: &str,
 ) -> Result<bool, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE session SET time_suspended = COALESCE(time_suspended, ?2), \
-         claim_seq = CASE WHEN time_suspended IS NULL THEN ?4 ELSE COALESCE(claim_seq, ?4) END, \
-         claim_boot = ?3 WHERE id = ?1",
+        "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+         SELECT id, ?2, ?4, ?3 FROM session WHERE id = ?1 \
+         ON CONFLICT (session_id) DO UPDATE SET \
+           time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
+           claim_seq = CASE WHEN time_suspended IS NULL THEN excluded.claim_seq \
+                            ELSE COALESCE(claim_seq, excluded.claim_seq) END, \
+           claim_boot = excluded.claim_boot",
     )?;
     Ok(stmt.execute(rusqlite::params![id.as_str(), now, boot, seq_param(seq)])? > 0)
 }
 
-/// Releases the claim on `id` and resets its resume attempts. Returns whether the row exists.
+/// Releases the claim on `id` and resets its resume attempts (deletes its claim row).
+/// Returns whether there was a row to delete.
 pub(crate) fn release(conn: &Connection, id: &SessionId) -> Result<bool, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE session SET time_suspended = NULL, resume_attempts = 0, claim_boot = NULL, \
-         claim_seq = NULL WHERE id = ?1",
-    )?;
+    let mut stmt = conn.prepare_cached("DELETE FROM session_claim WHERE session_id = ?1")?;
     Ok(stmt.execute([id.as_str()])? > 0)
 }
 
@@ -46,8 +55,8 @@ pub(crate) fn count_resume(
     boot: &str,
 ) -> Result<Option<u32>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE session SET resume_attempts = resume_attempts + 1, claim_boot = ?2 \
-         WHERE id = ?1 AND time_suspended IS NOT NULL \
+        "UPDATE session_claim SET resume_attempts = resume_attempts + 1, claim_boot = ?2 \
+         WHERE session_id = ?1 AND time_suspended IS NOT NULL \
            AND (claim_boot IS NULL OR claim_boot <> ?2) \
          RETURNING resume_attempts",
     )?;
@@ -58,20 +67,27 @@ pub(crate) fn count_resume(
 
 /// Counts one resume attempt of `id` when it holds no claim (the restart sweep adopting a
 /// session owed a turn) and returns the new count; `None` when the session is gone or claimed
-/// (a turn of this process, or a concurrent sweep, took it since it was listed).
+/// (a turn of this process, or a concurrent sweep, took it since it was listed). The count
+/// lives in a claim row without a claim (`time_suspended` NULL) until the sweep claims the
+/// turn, or a release deletes it.
 pub(crate) fn count_adoption(conn: &Connection, id: &SessionId) -> Result<Option<u32>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "UPDATE session SET resume_attempts = resume_attempts + 1 \
-         WHERE id = ?1 AND time_suspended IS NULL RETURNING resume_attempts",
+        "INSERT INTO session_claim (session_id, resume_attempts) \
+         SELECT id, 1 FROM session WHERE id = ?1 \
+         ON CONFLICT (session_id) DO UPDATE SET resume_attempts = resume_attempts + 1 \
+           WHERE time_suspended IS NULL \
+         RETURNING resume_attempts",
     )?;
     Ok(stmt.query_row([id.as_str()], |row| row.get(0)).optional()?)
 }
 
-/// The query behind [`list_claimed`]: read through `session_claimed`, in its order.
-const LIST_CLAIMED_SQL: &str = "SELECT id FROM session \
-     WHERE time_suspended IS NOT NULL AND parent_id IS NULL \
-       AND (?1 IS NULL OR claim_boot IS NULL OR claim_boot <> ?1) \
-     ORDER BY time_suspended, id";
+/// The query behind [`list_claimed`]: the claims in `session_claim_time`'s order, each
+/// session's row read by id for its parent.
+const LIST_CLAIMED_SQL: &str = "SELECT c.session_id \
+     FROM session_claim c CROSS JOIN session s ON s.id = c.session_id \
+     WHERE c.time_suspended IS NOT NULL AND s.parent_id IS NULL \
+       AND (?1 IS NULL OR c.claim_boot IS NULL OR c.claim_boot <> ?1) \
+     ORDER BY c.time_suspended, c.session_id";
 
 /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot` (a
 /// claim without a boot is never excluded).
@@ -86,12 +102,11 @@ pub(crate) fn list_claimed(
     ids.into_iter().map(session_id).collect()
 }
 
-/// The statement behind [`release_child_claims`]. `+parent_id`: it reads the claims
-/// (`session_claimed`), not every child (`session_parent`).
-const RELEASE_CHILD_CLAIMS_SQL: &str = "UPDATE session SET time_suspended = NULL, \
-     resume_attempts = 0, claim_boot = NULL, claim_seq = NULL \
-     WHERE time_suspended IS NOT NULL AND +parent_id IS NOT NULL \
-     AND (claim_boot IS NULL OR claim_boot <> ?1)";
+/// The statement behind [`release_child_claims`]: it reads the claims, and each claimed
+/// session's row by id (not every child through `session_parent`).
+const RELEASE_CHILD_CLAIMS_SQL: &str = "DELETE FROM session_claim \
+     WHERE time_suspended IS NOT NULL AND (claim_boot IS NULL OR claim_boot <> ?1) \
+       AND (SELECT s.parent_id FROM session s WHERE s.id = session_claim.session_id) IS NOT NULL";
 
 /// Releases every child session claimed by a boot other than `boot` (children are never
 /// resumed on their own; a claim of `boot` is a child turn running in this process). Returns
@@ -102,8 +117,8 @@ pub(crate) fn release_child_claims(conn: &Connection, boot: &str) -> Result<usiz
 }
 
 /// The query behind [`claim_counts`].
-const CLAIM_COUNTS_SQL: &str =
-    "SELECT COUNT(*), ?1 - MIN(time_suspended) FROM session WHERE time_suspended IS NOT NULL";
+const CLAIM_COUNTS_SQL: &str = "SELECT COUNT(*), ?1 - MIN(time_suspended) FROM session_claim \
+     WHERE time_suspended IS NOT NULL";
 
 /// How many sessions hold a claim, and `now` minus the oldest claim's time.
 pub(crate) fn claim_counts(conn: &Connection, now: i64) -> Result<(i64, Option<i64>), StoreError> {
@@ -117,7 +132,8 @@ pub(crate) fn claim_state(
     id: &SessionId,
 ) -> Result<Option<ClaimState>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT time_suspended, resume_attempts, claim_boot FROM session WHERE id = ?1",
+        "SELECT c.time_suspended, COALESCE(c.resume_attempts, 0), c.claim_boot \
+         FROM session s LEFT JOIN session_claim c ON c.session_id = s.id WHERE s.id = ?1",
     )?;
     let state = stmt
         .query_row([id.as_str()], |row| {
@@ -150,7 +166,9 @@ mod tests {
     }
 
     /// What the restart sweep reads at start costs what is claimed or owed, not the number of
-    /// sessions: no statement scans `session` or reads it through the parent index (where
+    /// sessions: each statement reads the claims (`session_claim`, through its primary key or
+    /// `session_claim_time`) or the inbox's wake marks (`session_input_wake`) first, and a
+    /// session only by id; none scans `session` or reads it through the parent index (where
     /// every top-level session has the same key).
     #[test]
     fn the_sweeps_reads_visit_claims_and_wake_marks_only() -> Result<(), StoreError> {
@@ -165,16 +183,26 @@ mod tests {
         ];
         for sql in sweep {
             let lines = plan(&db.conn, sql)?;
+            let reads: Vec<&str> = lines
+                .iter()
+                .map(String::as_str)
+                .filter(|l| l.starts_with("SCAN") || l.starts_with("SEARCH"))
+                .collect();
+            // `session_claim` by name, or through its primary key (`session_id`).
+            let claims_or_wakes = |l: &str| {
+                l.contains("session_claim")
+                    || l.contains("PRIMARY KEY (session_id=?)")
+                    || l.contains("session_input_wake")
+            };
             assert!(
-                lines
-                    .iter()
-                    .any(|l| l.contains("session_claimed") || l.contains("session_input_wake")),
-                "{sql}: {lines:?}"
+                reads.first().is_some_and(|l| claims_or_wakes(l)),
+                "{sql}: reads the claims or the wake marks first: {lines:?}"
             );
-            for line in &lines {
+            for read in reads {
                 assert!(
-                    !line.contains("session_parent") && !line.starts_with("SCAN s"),
-                    "{sql}: {lines:?}"
+                    !read.contains("session_parent")
+                        && (claims_or_wakes(read) || read.ends_with("(id=?)")),
+                    "{sql}: {read} (a session is read by id only): {lines:?}"
                 );
             }
         }
@@ -293,7 +321,10 @@ mod tests {
         claim(conn, &sid("mine"), 20, 1, "boot-now")?;
         claim(conn, &sid("child"), 30, 1, "boot-old")?;
         claim(conn, &sid("anon"), 40, 1, "boot-old")?;
-        conn.execute("UPDATE session SET claim_boot = NULL WHERE id = 'anon'", [])?;
+        conn.execute(
+            "UPDATE session_claim SET claim_boot = NULL WHERE session_id = 'anon'",
+            [],
+        )?;
 
         let all = list_claimed(conn, None)?;
         assert_eq!(all, vec![sid("old"), sid("mine"), sid("anon")]);

@@ -1,6 +1,6 @@
 //! The per-session event log: publishing (sequence + insert + projection) and replay reads.
 
-use rusqlite::{Connection, OptionalExtension, Row};
+use rusqlite::{Connection, Row};
 use serde_json::Value;
 
 use super::projection::Rows;
@@ -11,8 +11,24 @@ use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::projection;
 
+/// The query behind [`next_seq`] (and, one less, [`latest_seq`]): one past the newest seq of
+/// the session's log, read from the event index (the leaf the new event's entry goes to), and
+/// never below the session's `event_floor` (written by a compaction that kept none of the
+/// log's events).
+const NEXT_SEQ_SQL: &str = "SELECT MAX( \
+         COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1) + 1, 0), \
+         COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
+
+/// The seq the next event of `session` gets (0 for the first).
+fn next_seq(conn: &Connection, session: &SessionId) -> Result<u64, StoreError> {
+    let mut stmt = conn.prepare_cached(NEXT_SEQ_SQL)?;
+    Ok(stmt.query_row([session.as_str()], |row| get_seq(row, 0))?)
+}
+
 /// Appends an event to `session`'s log with the next seq (0 for the first event), without its
-/// projection.
+/// projection. Events of one session appended in the same transaction (several requests of a
+/// batch, or several events of one request) each read the one before them, so they get
+/// consecutive seqs; the unique index on `(aggregate_id, seq)` refuses a duplicate.
 fn insert(
     conn: &Connection,
     session: &SessionId,
@@ -21,11 +37,7 @@ fn insert(
     time: i64,
 ) -> Result<EventRecord, StoreError> {
     let text = json_text(&data)?;
-    let mut next = conn.prepare_cached(
-        "INSERT INTO event_sequence (aggregate_id, seq) VALUES (?1, 0) \
-         ON CONFLICT (aggregate_id) DO UPDATE SET seq = seq + 1 RETURNING seq",
-    )?;
-    let seq = next.query_row([session.as_str()], |row| get_seq(row, 0))?;
+    let seq = next_seq(conn, session)?;
     let mut insert = conn.prepare_cached(
         "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
@@ -149,15 +161,13 @@ fn decode_events(
         .collect()
 }
 
-/// The seq of `session`'s latest event, or `None` before its first.
+/// The seq of `session`'s latest event, or `None` before its first (after a compaction that
+/// kept none of its events: the seq its last event had).
 pub(crate) fn latest_seq(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Option<u64>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT seq FROM event_sequence WHERE aggregate_id = ?1")?;
-    Ok(stmt
-        .query_row([session.as_str()], |row| get_seq(row, 0))
-        .optional()?)
+    Ok(next_seq(conn, session)?.checked_sub(1))
 }
 
 /// The query behind [`latest_interrupt_seq`]. The type is a literal, not a parameter, so that

@@ -36,7 +36,8 @@ pub(crate) fn clear_wakes(conn: &Connection, session: &SessionId) -> Result<(), 
 
 /// The seq of the `session.execution.started` event that took `session`'s claim, if claimed.
 pub(crate) fn claim_seq(conn: &Connection, session: &SessionId) -> Result<Option<u64>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT claim_seq FROM session WHERE id = ?1")?;
+    let mut stmt =
+        conn.prepare_cached("SELECT claim_seq FROM session_claim WHERE session_id = ?1")?;
     Ok(stmt
         .query_row([session.as_str()], |row| get_opt_seq(row, 0))
         .optional()?
@@ -57,11 +58,13 @@ pub(crate) fn mark_interrupted(
     Ok(())
 }
 
-/// The query behind [`adoptable`]: read from the inbox's wake marks (`session_input_wake`).
+/// The query behind [`adoptable`]: read from the inbox's wake marks (`session_input_wake`),
+/// each session's row and claim by id.
 pub(super) const ADOPTABLE_SQL: &str = "SELECT DISTINCT i.session_id \
-     FROM session_input i JOIN session s ON s.id = i.session_id \
-     WHERE i.promoted_seq IS NULL AND i.wake = 1 \
-       AND s.time_suspended IS NULL AND s.parent_id IS NULL \
+     FROM session_input i CROSS JOIN session s ON s.id = i.session_id \
+     WHERE i.promoted_seq IS NULL AND i.wake = 1 AND s.parent_id IS NULL \
+       AND NOT EXISTS (SELECT 1 FROM session_claim c \
+                       WHERE c.session_id = i.session_id AND c.time_suspended IS NOT NULL) \
      ORDER BY i.session_id";
 
 /// Top-level sessions holding no claim whose pending inputs are owed a turn, in id order.
@@ -143,8 +146,9 @@ pub(crate) fn settle(conn: &Connection, session: &SessionId) -> Result<Option<u6
     let queued = next.query_row([session.as_str()], |row| get_opt_seq(row, 0))?;
     if let Some(queued) = queued {
         let mut progress = conn.prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM session_message m JOIN session s ON s.id = m.session_id \
-             WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > s.claim_seq)",
+            "SELECT EXISTS (SELECT 1 FROM session_message m \
+             JOIN session_claim c ON c.session_id = m.session_id \
+             WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > c.claim_seq)",
         )?;
         if progress.query_row([session.as_str()], |row| row.get::<_, bool>(0))? {
             // The next turn is owed to this prompt now: durably, so that a crash before that
@@ -160,7 +164,7 @@ pub(crate) fn settle(conn: &Connection, session: &SessionId) -> Result<Option<u6
     let mut clear = conn.prepare_cached(
         "UPDATE session_input SET wake = 0 \
          WHERE session_id = ?1 AND promoted_seq IS NULL AND wake = 1 \
-           AND admitted_seq < (SELECT claim_seq FROM session WHERE id = ?1)",
+           AND admitted_seq < (SELECT claim_seq FROM session_claim WHERE session_id = ?1)",
     )?;
     clear.execute([session.as_str()])?;
     Ok(None)

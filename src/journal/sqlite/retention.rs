@@ -35,14 +35,15 @@ pub(crate) fn session_tree(
     Ok(tree)
 }
 
-/// Deletes every row keyed by `session`: the inbox, the transcript, the event log, the seq
-/// counter and the session row.
+/// Deletes every row keyed by `session`: the inbox, the transcript, the event log, the claim,
+/// the seq floor and the session row.
 pub(crate) fn delete_session(conn: &Connection, session: &SessionId) -> Result<(), StoreError> {
     for sql in [
         "DELETE FROM session_input WHERE session_id = ?1",
         "DELETE FROM session_message WHERE session_id = ?1",
         "DELETE FROM event WHERE aggregate_id = ?1",
-        "DELETE FROM event_sequence WHERE aggregate_id = ?1",
+        "DELETE FROM session_claim WHERE session_id = ?1",
+        "DELETE FROM event_floor WHERE aggregate_id = ?1",
         "DELETE FROM session WHERE id = ?1",
     ] {
         conn.prepare_cached(sql)?.execute([session.as_str()])?;
@@ -68,11 +69,16 @@ pub(crate) fn compactable(
     limit: usize,
 ) -> Result<Vec<SessionId>, StoreError> {
     // The newest event's time is looked up only for sessions the cheap tests let through, so a
-    // pass over sessions compacted already costs one probe of each counter.
+    // pass over sessions compacted already costs one probe of each log's newest seq. A log
+    // that kept no event (its newest seq is the fence, or none) has nothing more to compact.
     let mut stmt = conn.prepare_cached(
-        "SELECT s.id FROM session s JOIN event_sequence q ON q.aggregate_id = s.id \
-         WHERE s.time_suspended IS NULL AND q.seq + 1 - s.log_start > ?1 \
-           AND (SELECT e.time FROM event e WHERE e.aggregate_id = s.id AND e.seq = q.seq) < ?2 \
+        "SELECT id FROM (SELECT s.id, s.log_start, \
+                (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = s.id) AS latest \
+              FROM session s \
+              WHERE NOT EXISTS (SELECT 1 FROM session_claim c \
+                                WHERE c.session_id = s.id AND c.time_suspended IS NOT NULL)) \
+         WHERE latest + 1 - log_start > ?1 \
+           AND (SELECT e.time FROM event e WHERE e.aggregate_id = id AND e.seq = latest) < ?2 \
          LIMIT ?3",
     )?;
     let ids = stmt
@@ -90,7 +96,9 @@ pub(crate) fn compactable(
 
 /// Compacts `session`'s log if it still qualifies (unclaimed, idle since before
 /// `idle_before`, more than `keep_last` events): deletes every event below the new start but
-/// the latest interrupt request, and records the start. Returns it and how many events went.
+/// the latest interrupt request, and records the start. When no event is kept (`keep_last`
+/// 0), the start is also the log's seq floor (`event_floor`): the next event gets it, as it
+/// would have with the newest event kept. Returns the start and how many events went.
 pub(crate) fn compact(
     conn: &Connection,
     session: &SessionId,
@@ -98,9 +106,14 @@ pub(crate) fn compact(
     idle_before: i64,
 ) -> Result<Option<(u64, usize)>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT q.seq, s.log_start, s.time_suspended IS NOT NULL, \
-                (SELECT e.time FROM event e WHERE e.aggregate_id = s.id AND e.seq = q.seq) \
-         FROM session s JOIN event_sequence q ON q.aggregate_id = s.id WHERE s.id = ?1",
+        "SELECT latest, log_start, claimed, \
+                (SELECT e.time FROM event e WHERE e.aggregate_id = ?1 AND e.seq = latest) \
+         FROM (SELECT (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = s.id) AS latest, \
+                      s.log_start, \
+                      EXISTS (SELECT 1 FROM session_claim c WHERE c.session_id = s.id \
+                              AND c.time_suspended IS NOT NULL) AS claimed \
+               FROM session s WHERE s.id = ?1) \
+         WHERE latest IS NOT NULL",
     )?;
     let found = stmt
         .query_row([session.as_str()], |row| {
@@ -129,6 +142,13 @@ pub(crate) fn compact(
         ])?;
     conn.prepare_cached("UPDATE session SET log_start = ?2 WHERE id = ?1")?
         .execute(rusqlite::params![session.as_str(), seq_param(start_now)])?;
+    if start_now > latest {
+        conn.prepare_cached(
+            "INSERT INTO event_floor (aggregate_id, seq) VALUES (?1, ?2) \
+             ON CONFLICT (aggregate_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
+        )?
+        .execute(rusqlite::params![session.as_str(), seq_param(start_now)])?;
+    }
     Ok(Some((start_now, deleted)))
 }
 
@@ -256,7 +276,38 @@ mod tests {
         assert_eq!(compact(conn, &s, 3, 100)?, None, "nothing more to compact");
 
         let next = publish(conn, &s, "custom.kind", &json!({}), 50)?;
-        assert_eq!(next.seq, 10, "seqs go on from the counter");
+        assert_eq!(next.seq, 10, "seqs go on after the newest");
+        Ok(())
+    }
+
+    /// A compaction that keeps no event (`keep_last` 0) leaves only the fence, below the new
+    /// start: seqs go on one past the last one the log had, not after the fence.
+    #[test]
+    fn a_log_compacted_whole_goes_on_after_its_last_seq() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let conn = &db.conn;
+        let s = sid("s");
+        create(conn, "s", None, 1)?; // seq 0
+        publish(conn, &s, kind::INTERRUPT_REQUESTED, &json!({}), 2)?; // 1
+        for i in 0..3 {
+            publish(conn, &s, "custom.kind", &json!({ "i": i }), 3 + i)?; // 2..=4
+        }
+        assert_eq!(compact(conn, &s, 0, 100)?, Some((5, 4)));
+        assert_eq!(first_seq(conn, &s)?, Some(1), "the fence is kept");
+        assert!(events_after(conn, &s, None, 100)?.is_empty());
+        assert_eq!(latest_seq(conn, &s)?, Some(4));
+        assert!(compactable(conn, 0, 100, 10)?.is_empty(), "nothing left");
+        assert_eq!(compact(conn, &s, 0, 100)?, None);
+        assert_eq!(publish(conn, &s, "custom.kind", &json!({}), 50)?.seq, 5);
+
+        // Without a fence, no event row is left at all.
+        let t = sid("t");
+        create(conn, "t", None, 1)?;
+        publish(conn, &t, "custom.kind", &json!({}), 2)?;
+        assert_eq!(compact(conn, &t, 0, 100)?, Some((2, 2)));
+        assert_eq!(first_seq(conn, &t)?, None);
+        assert_eq!(latest_seq(conn, &t)?, Some(1));
+        assert_eq!(publish(conn, &t, "custom.kind", &json!({}), 50)?.seq, 2);
         Ok(())
     }
 }
