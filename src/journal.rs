@@ -128,9 +128,10 @@ impl Journal {
         self.inner.persistence.stats()
     }
 
-    /// Releases the SQLite memory that is not in use (after mass passivation).
-    pub(crate) async fn release_memory(&self) {
-        self.inner.persistence.release_memory().await;
+    /// Releases the SQLite memory that is not in use (after mass passivation); returns what the
+    /// writer thread's allocator cache held, to be given back (`thread_caches`).
+    pub(crate) async fn release_memory(&self) -> crate::thread_caches::Taken {
+        self.inner.persistence.release_memory().await
     }
 
     /// Finishes what is queued and stops the writer; later writes fail with

@@ -201,6 +201,7 @@ mod runtime;
 mod service;
 mod session;
 pub mod testing;
+mod thread_caches;
 mod turn;
 
 pub use config::{RetainEvents, RuntimeConfig, Synchronous};

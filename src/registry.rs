@@ -101,6 +101,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Registry {
+    /// The arbiters session actors run on.
+    pub(crate) fn arbiters(&self) -> &[ArbiterHandle] {
+        &self.arbiters
+    }
+
     pub(crate) fn new(arbiters: Vec<ArbiterHandle>) -> Self {
         Self {
             actors: Mutex::new(HashMap::new()),

@@ -22,6 +22,7 @@ use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::backend::{Readers, Store, WriterConnection};
+use crate::thread_caches::Taken;
 
 /// The largest number of requests committed in one transaction.
 const MAX_BATCH: usize = 2048;
@@ -156,8 +157,9 @@ where
 
 enum Msg {
     Job(Box<dyn Job>),
-    /// Give unused SQLite cache memory back (`PRAGMA shrink_memory`), then answer.
-    ReleaseMemory(oneshot::Sender<()>),
+    /// Give unused SQLite cache memory back (`PRAGMA shrink_memory`), then answer with what
+    /// the writer thread's allocator cache held.
+    ReleaseMemory(oneshot::Sender<Taken>),
     Stop(oneshot::Sender<()>),
 }
 
@@ -335,12 +337,17 @@ impl Persistence {
 
     /// Releases the SQLite memory that is not in use: the page caches of the writer and of every
     /// idle pooled connection, on the writer thread after what is queued. Called after mass
-    /// passivation, when the caches warmed by the departed sessions serve no one.
-    pub(crate) async fn release_memory(&self) {
+    /// passivation, when the caches warmed by the departed sessions serve no one. Returns what
+    /// the writer thread's allocator cache held then (see `thread_caches`), for the caller to
+    /// give back.
+    pub(crate) async fn release_memory(&self) -> Taken {
         let (tx, rx) = oneshot::channel();
         if self.mailbox.send(Msg::ReleaseMemory(tx)).is_ok() {
-            let _ = rx.await;
+            if let Ok(taken) = rx.await {
+                return taken;
+            }
         }
+        Taken::default()
     }
 
     /// Asks the writer to finish what is queued and stop. Later writes fail with `Closed`.

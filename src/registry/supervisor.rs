@@ -1,5 +1,5 @@
 //! The [`Supervisor`]: passivates idle session actors on a timer, releases the store's
-//! unused memory after a wave of passivation, and (with a retention policy) compacts the event
+//! unused memory and the threads' allocator caches after a wave of passivation, and (with a retention policy) compacts the event
 //! logs of idle sessions on a timer of its own.
 
 use std::sync::Arc;
@@ -11,6 +11,8 @@ use super::Registry;
 use crate::config::RetainEvents;
 use crate::journal::Journal;
 use crate::session::messages::Passivate;
+use crate::thread_caches;
+use futures::channel::oneshot;
 
 /// The hook [`crate::RuntimeBuilder::after_passivation`] installs.
 pub(crate) type AfterPassivation = Arc<dyn Fn(usize) + Send + Sync>;
@@ -135,7 +137,8 @@ impl Supervisor {
         );
     }
 
-    /// After a passivation wave: releases the store's unused memory, then calls the hook.
+    /// After a passivation wave: releases the store's unused memory and the threads' allocator
+    /// caches, then calls the hook.
     fn release_after_wave(&mut self, ctx: &mut Context<Self>) {
         let live = self.registry.stats().live;
         let settled = live >= self.last;
@@ -148,9 +151,23 @@ impl Supervisor {
         }
         self.peak = live;
         let (journal, hook) = (self.journal.clone(), self.after_passivation.clone());
+        let arbiters = self.registry.arbiters().to_vec();
         ctx.spawn(
             async move {
-                journal.release_memory().await;
+                // What the threads that ran the wave keep cached, given back before the hook
+                // trims the heaps (see `thread_caches`): the arbiters', this thread's, and
+                // (after its SQLite caches shrank) the writer's.
+                let mut taken = vec![thread_caches::take()];
+                for arbiter in &arbiters {
+                    let (tx, rx) = oneshot::channel();
+                    if arbiter.spawn(async move {
+                        let _ = tx.send(thread_caches::take());
+                    }) {
+                        taken.extend(rx.await.ok());
+                    }
+                }
+                taken.push(journal.release_memory().await);
+                thread_caches::give_back(taken);
                 if let Some(hook) = &hook {
                     hook(freed);
                 }

@@ -97,7 +97,7 @@ impl WriterActor {
                 Msg::Job(job) => batch.push(job),
                 Msg::ReleaseMemory(done) => {
                     self.conn.release_memory();
-                    let _ = done.send(());
+                    let _ = done.send(crate::thread_caches::take());
                     continue;
                 }
                 Msg::Stop(tx) => stop = Some(tx),
@@ -112,7 +112,7 @@ impl WriterActor {
                     Ok(Msg::ReleaseMemory(done)) => {
                         // Shrinking between two batches changes nothing they store.
                         self.conn.release_memory();
-                        let _ = done.send(());
+                        let _ = done.send(crate::thread_caches::take());
                     }
                     Ok(Msg::Stop(tx)) => stop = Some(tx),
                     Err(_) => break,
@@ -131,7 +131,7 @@ impl WriterActor {
             match msg {
                 Msg::Job(job) => job.complete(Err(&StoreError::Closed)),
                 Msg::ReleaseMemory(done) => {
-                    let _ = done.send(());
+                    let _ = done.send(crate::thread_caches::Taken::default());
                 }
                 Msg::Stop(tx) => {
                     let _ = tx.send(());
