@@ -1,18 +1,18 @@
 //! The [`Supervisor`]: passivates idle session actors on a timer, releases the store's
-//! unused memory and the threads' allocator caches after a wave of passivation, and (with a retention policy) compacts the event
-//! logs of idle sessions on a timer of its own.
+//! unused memory and the threads' allocator caches after a wave of passivation, and (with a
+//! retention policy) compacts the event logs of idle sessions on a timer of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures::channel::oneshot;
 
 use super::Registry;
 use crate::config::RetainEvents;
 use crate::journal::Journal;
 use crate::session::messages::Passivate;
 use crate::thread_caches;
-use futures::channel::oneshot;
 
 /// The hook [`crate::RuntimeBuilder::after_passivation`] installs.
 pub(crate) type AfterPassivation = Arc<dyn Fn(usize) + Send + Sync>;
