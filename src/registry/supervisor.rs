@@ -160,10 +160,13 @@ impl Supervisor {
                 let mut taken = vec![thread_caches::take()];
                 for arbiter in &arbiters {
                     let (tx, rx) = oneshot::channel();
+                    // An arbiter that stopped takes nothing, and one that is stuck is skipped.
                     if arbiter.spawn(async move {
                         let _ = tx.send(thread_caches::take());
                     }) {
-                        taken.extend(rx.await.ok());
+                        if let Ok(Ok(held)) = actix_rt::time::timeout(ASK_TIMEOUT, rx).await {
+                            taken.push(held);
+                        }
                     }
                 }
                 taken.push(journal.release_memory().await);
