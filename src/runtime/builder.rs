@@ -144,7 +144,9 @@ impl RuntimeBuilder {
 
     /// Called after a wave of passivation — the live session actors fell to a quarter of their
     /// peak, at least 64 fewer — with how many actors it stopped, once the runtime released
-    /// SQLite's unused cache memory. The runtime cannot choose the allocator: this is where an
+    /// SQLite's unused cache memory and had the threads that ran the wave hand back what their
+    /// allocator caches held (glibc's per-thread caches, which `malloc_trim` does not reach).
+    /// The runtime cannot choose the allocator: this is where an
     /// application returns the freed memory to the OS, e.g. `malloc_trim(0)` with glibc malloc,
     /// which otherwise keeps freed chunks that sit between live ones. Runs on the supervisor's
     /// arbiter: keep it short.
