@@ -128,7 +128,8 @@
 //!   crash cut short.
 //! - `registry` (internal): which session actor serves which session on which arbiter, the set
 //!   of sessions with a turn in this process, and the `Supervisor` actor that passivates idle
-//!   actors.
+//!   actors and, after a wave, has the threads that ran it hand back their allocator caches
+//!   (`thread_caches`) before the `after_passivation` hook.
 //! - `session` (internal): the `SessionActor`, one per live session, a thin actix shell built
 //!   with an `Environment` (journal, runner, boot id, and its registry entry seen through the
 //!   `Host` trait, so it imports nothing above it). It loads its session on the journal's
