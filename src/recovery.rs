@@ -175,6 +175,32 @@ mod tests {
     use crate::testing::{self, Gate, Script, ScriptedRunner};
     use crate::Runtime;
 
+    /// A runtime on `path` that does not sweep at start, and one stored session `name`.
+    async fn start_with_session(
+        path: &std::path::Path,
+        runner: &ScriptedRunner,
+        name: &str,
+    ) -> (Runtime, SessionId) {
+        let runtime = Runtime::builder()
+            .database(path)
+            .runner(runner.clone())
+            .sweep_on_start(false)
+            .start()
+            .await
+            .unwrap();
+        let id = SessionId::new(name).unwrap();
+        runtime
+            .sessions()
+            .create(CreateSession {
+                id: Some(id.clone()),
+                directory: "/sweep".into(),
+                ..CreateSession::default()
+            })
+            .await
+            .unwrap();
+        (runtime, id)
+    }
+
     /// Regression: two sweeps running at once in one boot count each orphaned turn
     /// once, publish one restart notice for it and resume it once. Before the fix both sweeps
     /// listed every orphan before either counted, so each was counted twice (spending its
@@ -251,23 +277,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sweep.db");
         let runner = ScriptedRunner::new();
-        let runtime = Runtime::builder()
-            .database(&path)
-            .runner(runner.clone())
-            .sweep_on_start(false)
-            .start()
-            .await
-            .unwrap();
-        let id = SessionId::new("queue").unwrap();
-        runtime
-            .sessions()
-            .create(CreateSession {
-                id: Some(id.clone()),
-                directory: "/sweep".into(),
-                ..CreateSession::default()
-            })
-            .await
-            .unwrap();
+        let (runtime, id) = start_with_session(&path, &runner, "queue").await;
         let later = {
             // What a dead boot left: its turn promoted p1 and was then asked to stop; p2 was
             // queued behind the request without a wake.
@@ -331,23 +341,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sweep.db");
         let runner = ScriptedRunner::new();
-        let runtime = Runtime::builder()
-            .database(&path)
-            .runner(runner.clone())
-            .sweep_on_start(false)
-            .start()
-            .await
-            .unwrap();
-        let id = SessionId::new("orphan").unwrap();
-        runtime
-            .sessions()
-            .create(CreateSession {
-                id: Some(id.clone()),
-                directory: "/sweep".into(),
-                ..CreateSession::default()
-            })
-            .await
-            .unwrap();
+        let (runtime, id) = start_with_session(&path, &runner, "orphan").await;
         testing::seed_claim(&path, &id, 0).unwrap();
         let before = testing::events(&path, &id).unwrap().len();
         let report = runtime.resume_suspended_sessions().await.unwrap();
