@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         api,
     )
     .vs(&raw)
-    .note("pages of 256 read on the blocking pool, payloads decoded to serde_json::Value");
+    .note("pages of 1,024 read on the blocking pool, payloads decoded to serde_json::Value");
     let met = api.median() >= 300_000.0;
     api = api.target(">= 300,000/s", met);
     let direct = Row::new(NAME, format!("testing::events of {n}"), "events/s", direct).vs(&raw);

@@ -33,7 +33,7 @@ use crate::event::{kind, EventRecord, LiveEvent};
 use crate::id::SessionId;
 
 /// Events read from the store per replay page.
-pub(super) const REPLAY_PAGE: usize = 256;
+pub(super) const REPLAY_PAGE: usize = 1024;
 
 /// Live events a stream holds at most while it waits for the durable events before them
 /// (the oldest is dropped past it). Reached only if the store cannot be read meanwhile.

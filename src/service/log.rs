@@ -1,11 +1,14 @@
 //! Reads of a session's log position: its newest seq, its last turn terminal, and how many
 //! event streams are open.
 
-use super::events::REPLAY_PAGE;
 use super::Sessions;
 use crate::error::Result;
 use crate::event::{kind, EventRecord};
 use crate::id::SessionId;
+
+/// Events read per page when the log is searched backwards for its last terminal (which is
+/// usually among the newest few).
+const TERMINAL_PAGE: usize = 256;
 
 impl Sessions {
     /// The seq of the session's newest committed event (a stored session has at least its
@@ -35,10 +38,10 @@ impl Sessions {
         let mut end = self.last_seq(session_id).await? + 1;
         let first = self.log_start(session_id).await?;
         while end > first {
-            let start = end.saturating_sub(REPLAY_PAGE as u64);
+            let start = end.saturating_sub(TERMINAL_PAGE as u64);
             let page = self
                 .journal
-                .events_after(session_id.clone(), start.checked_sub(1), REPLAY_PAGE)
+                .events_after(session_id.clone(), start.checked_sub(1), TERMINAL_PAGE)
                 .await?;
             let terminal = page.into_iter().rev().find(|e| {
                 e.seq < end

@@ -1,12 +1,11 @@
 //! The per-session event log: publishing (sequence + insert + projection) and replay reads.
 
-use rusqlite::{Connection, Row};
+use rusqlite::types::Type;
+use rusqlite::Connection;
 use serde_json::Value;
 
 use super::projection::Rows;
-use super::{
-    get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, session_id, StoreError,
-};
+use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::projection;
@@ -91,15 +90,28 @@ pub(crate) fn project(conn: &Connection, ev: &EventRecord) -> Result<(), StoreEr
     projection::project(&mut Rows(conn), ev)
 }
 
-/// Reads one `event` row (`aggregate_id, seq, type, data, time`).
-fn read_event(row: &Row<'_>) -> rusqlite::Result<(String, u64, String, String, i64)> {
-    Ok((
-        row.get(0)?,
-        get_seq(row, 1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-    ))
+/// Reads the `event` rows of `session` that `stmt` selects (`seq, type, data, time`) with
+/// `params`, in one pass: the session id is the caller's (shared, not re-read and re-validated
+/// per row) and the payload is decoded from the row's text in place.
+fn read_events<P: rusqlite::Params>(
+    stmt: &mut rusqlite::CachedStatement<'_>,
+    session: &SessionId,
+    params: P,
+) -> Result<Vec<EventRecord>, StoreError> {
+    let mut rows = stmt.query(params)?;
+    let mut events = Vec::new();
+    while let Some(row) = rows.next()? {
+        events.push(EventRecord {
+            session_id: session.clone(),
+            seq: get_seq(row, 0)?,
+            kind: row.get(1)?,
+            data: json_value(row.get_ref(2)?.as_str().map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(2, Type::Text, Box::new(e))
+            })?)?,
+            time: row.get(3)?,
+        });
+    }
+    Ok(events)
 }
 
 /// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
@@ -112,19 +124,17 @@ pub(crate) fn events_after(
     limit: usize,
 ) -> Result<Vec<EventRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT aggregate_id, seq, type, data, time FROM event \
+        "SELECT seq, type, data, time FROM event \
          WHERE aggregate_id = ?1 \
            AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
          ORDER BY seq LIMIT ?3",
     )?;
     let after = after.map_or(-1, seq_param);
-    let rows = stmt
-        .query_map(
-            rusqlite::params![session.as_str(), after, limit_param(Some(limit))],
-            read_event,
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    decode_events(rows)
+    read_events(
+        &mut stmt,
+        session,
+        rusqlite::params![session.as_str(), after, limit_param(Some(limit))],
+    )
 }
 
 /// Every stored event row of `session`, in seq order, below the start of a compacted log too
@@ -135,30 +145,9 @@ pub(crate) fn stored_events(
     session: &SessionId,
 ) -> Result<Vec<EventRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT aggregate_id, seq, type, data, time FROM event WHERE aggregate_id = ?1 \
-         ORDER BY seq",
+        "SELECT seq, type, data, time FROM event WHERE aggregate_id = ?1 ORDER BY seq",
     )?;
-    let rows = stmt
-        .query_map([session.as_str()], read_event)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    decode_events(rows)
-}
-
-/// Decodes rows read by [`read_event`].
-fn decode_events(
-    rows: Vec<(String, u64, String, String, i64)>,
-) -> Result<Vec<EventRecord>, StoreError> {
-    rows.into_iter()
-        .map(|(aggregate, seq, kind, data, time)| {
-            Ok(EventRecord {
-                session_id: session_id(aggregate)?,
-                seq,
-                kind,
-                data: json_value(&data)?,
-                time,
-            })
-        })
-        .collect()
+    read_events(&mut stmt, session, [session.as_str()])
 }
 
 /// The seq of `session`'s latest event, or `None` before its first (after a compaction that
