@@ -139,7 +139,13 @@ pub(crate) async fn resume_suspended_sessions(
                 }),
                 _ => None,
             });
-            futures::future::join_all(registrations).await;
+            // Unordered, so each delivery's future is freed as it completes (a `join_all` keeps
+            // every slot until the last one is done).
+            {
+                let mut registrations: futures::stream::FuturesUnordered<_> =
+                    registrations.collect();
+                while futures::StreamExt::next(&mut registrations).await.is_some() {}
+            }
             Ok::<_, crate::Error>(swept)
         }
     });

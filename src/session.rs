@@ -274,10 +274,9 @@ impl SessionActor {
             crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
             return self.coordinator.started(execution, Ok(()));
         }
-        let journal = self.env.journal.clone();
         let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
         crash::point(crash::BEFORE_CLAIM);
-        let commit = async move { journal.claim_turn(id, boot, epoch).await };
+        let commit = self.env.journal.claim_turn(id, boot, epoch);
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let result = result.map(|seq| {
                 act.running.get_or_insert_with(Box::default).committed = Some(seq);
@@ -375,8 +374,6 @@ impl SessionActor {
             }
             return self.coordinator.settled(Err(error));
         }
-        let journal = self.env.journal.clone();
-        let id = self.id.clone();
         crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
         let best_effort = matches!(
             terminal,
@@ -384,8 +381,10 @@ impl SessionActor {
                 reason: crate::outcome::InterruptReason::Shutdown
             }
         );
-        let (settled, epoch) = (terminal.clone(), self.epoch());
-        let commit = async move { journal.settle_turn(id, settled, epoch).await };
+        let commit = self
+            .env
+            .journal
+            .settle_turn(self.id.clone(), &terminal, self.epoch());
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let (result, next) = match result {
                 Ok(next) => (Ok(()), next),

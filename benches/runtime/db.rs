@@ -167,13 +167,16 @@ pub fn used_bytes(path: &Path) -> BenchResult<f64> {
     Ok(((pages - free) * size) as f64)
 }
 
-/// In a child (for profiling by hand): creates the database `db` with `n` sessions.
+/// In a child (for profiling by hand): creates the database `db` with `n` sessions, one in
+/// `claim_every` of them claimed (none when absent).
 pub fn seed_child(args: &serde_json::Value) -> BenchResult<serde_json::Value> {
     let path = PathBuf::from(args["db"].as_str().ok_or("no db")?);
     let n = usize::try_from(args["n"].as_u64().ok_or("no n")?)?;
+    // One claimed session in `claim_every` (none when absent), as the `sweep` scenario seeds.
+    let claim_every = usize::try_from(args["claim_every"].as_u64().unwrap_or(0))?;
     remove(&path);
     create(&path)?;
-    seed_sessions(&path, n, 0)?;
+    seed_sessions(&path, n, claim_every)?;
     Ok(json!({ "db": path, "sessions": n }))
 }
 

@@ -10,6 +10,8 @@
 //! terminal event, whose projection releases the claim unless the turn was interrupted by a
 //! shutdown).
 
+use std::future::Future;
+
 use serde_json::Value;
 
 use super::backend::Store;
@@ -53,50 +55,49 @@ fn read_transcript<T>(
 
 impl Journal {
     /// Claims a turn of `session` for process boot `boot`: commits `session.execution.started`
-    /// (data `{"boot"}`), whose projection takes the claim (`Store::claim_turn`). Resolves, with
-    /// the event's seq, once it is durable.
-    pub(crate) async fn claim_turn(
+    /// (data `{"boot"}`), whose projection takes the claim (`Store::claim_turn`). Queued to the
+    /// writer when called; resolves, with the event's seq, once it is durable. The future holds
+    /// only the writer's answer, not the request: a restart sweep keeps one per resumed session
+    /// in flight at once.
+    pub(crate) fn claim_turn(
         &self,
         session: SessionId,
         boot: String,
         epoch: u64,
-    ) -> Result<u64, StoreError> {
-        self.inner
-            .persistence
-            .write(move |w| {
-                let claim = w
-                    .store()
-                    .claim_turn(&session, epoch, &boot, super::now_ms())?;
-                let started = claim.clone();
-                w.record(claim);
-                crate::crash::point(crate::crash::DURING_CLAIM);
-                Ok(started.seq)
-            })
-            .await
+    ) -> impl Future<Output = Result<u64, StoreError>> + 'static {
+        self.inner.persistence.write_now(move |w| {
+            let claim = w
+                .store()
+                .claim_turn(&session, epoch, &boot, super::now_ms())?;
+            let started = claim.clone();
+            w.record(claim);
+            crate::crash::point(crate::crash::DURING_CLAIM);
+            Ok(started.seq)
+        })
     }
 
     /// Records how the turn of `session` ended, which releases its claim — except after a
     /// shutdown, which keeps it for the next boot. (A turn whose claim never committed is not
-    /// settled here: it never started, and its session actor records nothing.) For any other ending, decided while the claim
-    /// is still held: returns the admission seq of the next queued prompt the session must run
-    /// in a turn of its own (see `Store::settle`).
-    pub(crate) async fn settle_turn(
+    /// settled here: it never started, and its session actor records nothing.) For any other
+    /// ending, decided while the claim is still held: returns the admission seq of the next
+    /// queued prompt the session must run in a turn of its own (see `Store::settle`). Queued to
+    /// the writer when called, like [`Journal::claim_turn`].
+    pub(crate) fn settle_turn(
         &self,
         session: SessionId,
-        terminal: Terminal,
+        terminal: &Terminal,
         epoch: u64,
-    ) -> Result<Option<u64>, StoreError> {
-        let event = SessionEvent::terminal(&terminal);
-        self.inner
-            .persistence
-            .write(move |w| {
-                let (next, terminal) =
-                    w.store()
-                        .settle_turn(&session, epoch, &event, super::now_ms())?;
-                w.record(terminal);
-                Ok(next)
-            })
-            .await
+    ) -> impl Future<Output = Result<Option<u64>, StoreError>> + 'static {
+        // The event is built on the writer: a queued request holds the (smaller) terminal.
+        let terminal = terminal.clone();
+        self.inner.persistence.write_now(move |w| {
+            let event = SessionEvent::terminal(&terminal);
+            let (next, recorded) =
+                w.store()
+                    .settle_turn(&session, epoch, &event, super::now_ms())?;
+            w.record(recorded);
+            Ok(next)
+        })
     }
 
     /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`),
