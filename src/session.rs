@@ -385,6 +385,12 @@ impl SessionActor {
             .env
             .journal
             .settle_turn(self.id.clone(), &terminal, self.epoch());
+        // Named in the log if it cannot be recorded (the whole terminal is not kept for it).
+        let ending = match terminal {
+            Terminal::Succeeded => "success",
+            Terminal::Failed { .. } => "failure",
+            Terminal::Interrupted { .. } => "interruption",
+        };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let (result, next) = match result {
                 Ok(next) => (Ok(()), next),
@@ -399,7 +405,10 @@ impl SessionActor {
                     (Ok(()), None)
                 }
                 Err(e) => {
-                    log::error!("session {}: could not record {terminal:?}: {e}", act.id);
+                    log::error!(
+                        "session {}: could not record the turn's {ending}: {e}",
+                        act.id
+                    );
                     (Err(Arc::new(e)), None)
                 }
             };

@@ -275,13 +275,18 @@ impl Persistence {
             reply,
             alone,
         };
-        let sent = self
+        // The future keeps only the answer's receiver (a failed send drops it): a burst of
+        // turns keeps one per session in flight.
+        let answer = self
             .mailbox
             .send(Msg::Job(Box::new(job)))
-            .map_err(|_| StoreError::Closed);
+            .ok()
+            .map(|()| answer);
         async move {
-            sent?;
-            answer.await.map_err(|_| StoreError::Closed)?
+            match answer {
+                Some(answer) => answer.await.map_err(|_| StoreError::Closed)?,
+                None => Err(StoreError::Closed),
+            }
         }
     }
 
