@@ -310,11 +310,12 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
             .post(format!("{base}{path}"))
             .insert_header(("Content-Type", "application/json"));
         async move {
-            let response = request.send_body(body.to_string()).await?;
+            let mut response = request.send_body(body.to_string()).await?;
             if !response.status().is_success() {
                 return Err(format!("POST {path}: {}", response.status()).into());
             }
-            BenchResult::Ok(())
+            let answer: Value = response.json().await?;
+            BenchResult::Ok(answer)
         }
     };
     let idle_ids: Vec<String> = (0..sizes.idle_sessions)
@@ -442,7 +443,10 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
 }
 
 /// Queues `prompts` prompts on every work session (each runs in its own turn, publishing
-/// `events` events) and waits until every session answered all of them.
+/// `events` events) and waits until every session answered all of them. The wait reads only
+/// the newest `2 × prompts` messages of a session and counts the replies to this call's own
+/// prompts, so it costs the server the same in every repeat, however long the sessions'
+/// transcripts have grown.
 async fn workload<P, F>(
     post: &P,
     http: &awc::Client,
@@ -453,7 +457,7 @@ async fn workload<P, F>(
 ) -> BenchResult<()>
 where
     P: Fn(String, Value) -> F,
-    F: std::future::Future<Output = BenchResult<()>>,
+    F: std::future::Future<Output = BenchResult<Value>>,
 {
     let mut sent = Vec::new();
     for id in sessions {
@@ -462,27 +466,37 @@ where
             sent.push(post(format!("/sessions/{id}/prompt"), body));
         }
     }
+    let mut asked = std::collections::HashSet::new();
     for result in futures::future::join_all(sent).await {
-        result?;
+        let admission = result?;
+        let id = admission["id"]
+            .as_str()
+            .ok_or("a prompt's answer has no id")?;
+        asked.insert(id.to_owned());
     }
     let deadline = Instant::now() + Duration::from_secs(300);
     for id in sessions {
         loop {
-            let url = format!("{base}/sessions/{id}/messages?order=desc&limit=500");
+            let url = format!(
+                "{base}/sessions/{id}/messages?order=desc&limit={}",
+                2 * prompts
+            );
             let mut response = http.get(url).send().await?;
             let page: Vec<Value> = response.json().limit(16 << 20).await?;
-            let (users, replies) = page
+            let replies = page
                 .iter()
-                .fold((0, 0), |(u, r), m| match m["type"].as_str() {
-                    Some("user") => (u + 1, r),
-                    Some("assistant") => (u, r + 1),
-                    _ => (u, r),
-                });
-            if replies >= users {
+                .filter(|m| m["type"] == "assistant")
+                .filter(|m| {
+                    m["data"]["reply_to"]
+                        .as_str()
+                        .is_some_and(|to| asked.contains(to))
+                })
+                .count();
+            if replies >= prompts {
                 break;
             }
             if Instant::now() > deadline {
-                return Err(format!("{id}: {replies} of {users} prompts answered").into());
+                return Err(format!("{id}: {replies} of {prompts} prompts answered").into());
             }
             actix_rt::time::sleep(Duration::from_millis(50)).await;
         }
