@@ -11,8 +11,10 @@ pub(crate) mod coordinator;
 mod handlers;
 pub(crate) mod messages;
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,8 +159,9 @@ pub(crate) struct SessionActor {
 /// What only a session with a turn in hand carries.
 #[derive(Default)]
 struct Running {
-    /// The running drain: its id and the handle that cancels it.
-    drain: Option<(u64, SpawnHandle)>,
+    /// The running drain: its id, the handle that removes it from the context, and the flag
+    /// that keeps it from being polled again (see `DropSafe`).
+    drain: Option<(u64, SpawnHandle, Rc<Cell<bool>>)>,
     /// Set while handling a `Resume` of the restart sweep, which already committed the turn's
     /// claim: a turn it starts skips its own claim write, and its first drain is a recovery.
     recovery: Option<Arc<Resumption>>,
@@ -216,13 +219,14 @@ impl SessionActor {
                 } => self.spawn_drain(drain, mode, wake_seq, ctx),
                 Effect::Cancel { drain } => {
                     let running = self.running.as_mut().and_then(|r| r.drain.take());
-                    if let Some((id, handle)) = running {
+                    if let Some((id, handle, cancelled)) = running {
                         if id == drain {
                             self.running = None;
+                            cancelled.set(true);
                             ctx.cancel_future(handle);
                             queue.extend(self.coordinator.drain_finished(drain, Exit::Interrupted));
                         } else if let Some(r) = self.running.as_mut() {
-                            r.drain = Some((id, handle));
+                            r.drain = Some((id, handle, cancelled));
                         }
                     }
                 }
@@ -325,14 +329,15 @@ impl SessionActor {
         let runner = self.env.runner.clone();
         // Its turns are marked ended with the future: returned, panicked or cancelled.
         let end = turn.end_guard();
-        let future = DropSafe(Some(
+        let future = DropSafe::new(
             AssertUnwindSafe(async move {
                 let _end = end;
                 runner.drain(turn).await
             })
             .catch_unwind()
             .boxed_local(),
-        ));
+        );
+        let cancelled = future.canceller();
         let handle = ctx.spawn(future.into_actor(self).map(move |result, act, ctx| {
             if act
                 .running
@@ -355,7 +360,7 @@ impl SessionActor {
             act.apply(effects, ctx);
         }));
         self.running = Some(Box::new(Running {
-            drain: Some((drain, handle)),
+            drain: Some((drain, handle, cancelled)),
             committed,
             ..Running::default()
         }));
