@@ -386,16 +386,16 @@ impl SessionActor {
                 reason: crate::outcome::InterruptReason::Shutdown
             }
         );
-        let commit = self
-            .env
-            .journal
-            .settle_turn(self.id.clone(), &terminal, self.epoch());
         // Named in the log if it cannot be recorded (the whole terminal is not kept for it).
         let ending = match terminal {
             Terminal::Succeeded => "success",
             Terminal::Failed { .. } => "failure",
             Terminal::Interrupted { .. } => "interruption",
         };
+        let commit = self
+            .env
+            .journal
+            .settle_turn(self.id.clone(), terminal, self.epoch());
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let (result, next) = match result {
                 Ok(next) => (Ok(()), next),

@@ -85,11 +85,10 @@ impl Journal {
     pub(crate) fn settle_turn(
         &self,
         session: SessionId,
-        terminal: &Terminal,
+        terminal: Terminal,
         epoch: u64,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>> + 'static {
         // The event is built on the writer: a queued request holds the (smaller) terminal.
-        let terminal = terminal.clone();
         self.inner.persistence.write_now(move |w| {
             let event = SessionEvent::terminal(&terminal);
             let (next, recorded) =
