@@ -25,6 +25,7 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
+use crate::outcome::Terminal;
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };
@@ -108,6 +109,33 @@ pub(crate) struct ClaimedTurn {
     pub(crate) claim: Option<u64>,
     /// The seq of the session's latest interrupt request.
     pub(crate) fence: Option<u64>,
+}
+
+/// One of a turn's two writes, as the writer queues it: a backend where each statement is a
+/// round trip runs a run of them in one ([`Store::prepare_turns`]).
+#[derive(Debug)]
+pub(crate) struct TurnWrite {
+    /// The session.
+    pub(crate) session: SessionId,
+    /// The fencing epoch the session's actor holds.
+    pub(crate) epoch: u64,
+    /// The claim or the terminal.
+    pub(crate) kind: TurnWriteKind,
+}
+
+/// What a [`TurnWrite`] writes.
+#[derive(Debug)]
+pub(crate) enum TurnWriteKind {
+    /// The claim ([`Store::claim_turn`]) for this process boot.
+    Claim {
+        /// The boot.
+        boot: String,
+    },
+    /// The terminal ([`Store::settle_turn`]) of how the turn ended.
+    Settle {
+        /// How it ended.
+        terminal: Terminal,
+    },
 }
 
 /// The statements of the store, on one connection, inside the caller's transaction.
@@ -407,6 +435,17 @@ pub(crate) trait Store {
         };
         let record = self.append(session, event, now)?;
         Ok((next, record))
+    }
+
+    /// Runs `turns` (claims and terminals of distinct sessions, in this order) ahead of the
+    /// requests that make them, which then take the results from their own
+    /// [`Store::claim_turn`] and [`Store::settle_turn`] calls, made in the same order with the
+    /// same arguments. An engine where each statement is a round trip does all of them in one;
+    /// default: nothing (each call then runs its statements). An error aborts the transaction
+    /// like any failed statement.
+    fn prepare_turns(&mut self, turns: &[&TurnWrite], now: i64) -> Result<(), StoreError> {
+        let _ = (turns, now);
+        Ok(())
     }
 
     /// The SQLite connection under this store, for the writer's unit tests (which write raw

@@ -21,7 +21,7 @@ use tokio::sync::broadcast;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{Readers, Store, WriterConnection};
+use crate::journal::backend::{Readers, Store, TurnWrite, WriterConnection};
 use crate::thread_caches::Taken;
 
 /// The largest number of requests committed in one transaction.
@@ -105,6 +105,25 @@ trait Job: Send {
     fn failure(&self) -> Option<StoreError>;
     /// Whether the write runs in a transaction of its own, without a savepoint.
     fn alone(&self) -> bool;
+    /// The turn write this request is, if it is one (see [`Store::prepare_turns`]).
+    fn turn(&self) -> Option<&TurnWrite> {
+        None
+    }
+}
+
+/// The reply to a request that ran with `result` (`None`: it never ran) in a transaction whose
+/// COMMIT returned `commit`.
+fn answer<T>(
+    commit: Result<(), &StoreError>,
+    result: Option<Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match (commit, result) {
+        (Ok(()), None) => Err(StoreError::Inconsistent("write request never ran".into())),
+        (Err(e), None) => Err(e.duplicate()),
+        (_, Some(Err(e))) => Err(e),
+        (Ok(()), Some(Ok(value))) => Ok(value),
+        (Err(e), Some(Ok(_))) => Err(e.duplicate()),
+    }
 }
 
 struct TypedJob<F, T> {
@@ -133,14 +152,7 @@ where
     }
 
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>) {
-        let result = match (commit, self.result) {
-            (Ok(()), None) => Err(StoreError::Inconsistent("write request never ran".into())),
-            (Err(e), None) => Err(e.duplicate()),
-            (_, Some(Err(e))) => Err(e),
-            (Ok(()), Some(Ok(value))) => Ok(value),
-            (Err(e), Some(Ok(_))) => Err(e.duplicate()),
-        };
-        let _ = self.reply.send(result);
+        let _ = self.reply.send(answer(commit, self.result));
     }
 
     fn failure(&self) -> Option<StoreError> {
@@ -275,13 +287,18 @@ impl Persistence {
             reply,
             alone,
         };
+        self.queue(Box::new(job), answer)
+    }
+
+    /// Queues `job`; the future resolves with its `answer`.
+    fn queue<T>(
+        &self,
+        job: Box<dyn Job>,
+        answer: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> impl std::future::Future<Output = Result<T, StoreError>> + use<T> {
         // The future keeps only the answer's receiver (a failed send drops it): a burst of
         // turns keeps one per session in flight.
-        let answer = self
-            .mailbox
-            .send(Msg::Job(Box::new(job)))
-            .ok()
-            .map(|()| answer);
+        let answer = self.mailbox.send(Msg::Job(job)).ok().map(|()| answer);
         async move {
             match answer {
                 Some(answer) => answer.await.map_err(|_| StoreError::Closed)?,
@@ -381,6 +398,7 @@ fn read_on<T>(
     answer.ok_or_else(|| StoreError::Inconsistent("a read never ran".into()))
 }
 
+mod turn;
 mod writer;
 
 use self::writer::WriterActor;

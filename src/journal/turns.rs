@@ -14,10 +14,10 @@ use std::future::Future;
 
 use serde_json::Value;
 
-use super::backend::Store;
+use super::backend::{Store, TurnWrite, TurnWriteKind};
 use super::Journal;
 use crate::error::StoreError;
-use crate::event::{EventRecord, SessionEvent};
+use crate::event::EventRecord;
 use crate::id::{MessageId, SessionId};
 use crate::outcome::Terminal;
 use crate::records::{Admission, Message, MessagesQuery};
@@ -65,15 +65,14 @@ impl Journal {
         boot: String,
         epoch: u64,
     ) -> impl Future<Output = Result<u64, StoreError>> + 'static {
-        self.inner.persistence.write_now(move |w| {
-            let claim = w
-                .store()
-                .claim_turn(&session, epoch, &boot, super::now_ms())?;
-            let started = claim.clone();
-            w.record(claim);
-            crate::crash::point(crate::crash::DURING_CLAIM);
-            Ok(started.seq)
-        })
+        let claimed = self.inner.persistence.write_turn(TurnWrite {
+            session,
+            epoch,
+            kind: TurnWriteKind::Claim { boot },
+        });
+        async move {
+            claimed.await?.ok_or_else(|| StoreError::Inconsistent("a claim without a seq".into()))
+        }
     }
 
     /// Records how the turn of `session` ended, which releases its claim — except after a
@@ -81,21 +80,18 @@ impl Journal {
     /// settled here: it never started, and its session actor records nothing.) For any other
     /// ending, decided while the claim is still held: returns the admission seq of the next
     /// queued prompt the session must run in a turn of its own (see `Store::settle`). Queued to
-    /// the writer when called, like [`Journal::claim_turn`].
+    /// the writer when called, like [`Journal::claim_turn`]; the event is built on the writer
+    /// (a queued request holds the smaller terminal).
     pub(crate) fn settle_turn(
         &self,
         session: SessionId,
         terminal: Terminal,
         epoch: u64,
     ) -> impl Future<Output = Result<Option<u64>, StoreError>> + 'static {
-        // The event is built on the writer: a queued request holds the (smaller) terminal.
-        self.inner.persistence.write_now(move |w| {
-            let event = SessionEvent::terminal(&terminal);
-            let (next, recorded) =
-                w.store()
-                    .settle_turn(&session, epoch, &event, super::now_ms())?;
-            w.record(recorded);
-            Ok(next)
+        self.inner.persistence.write_turn(TurnWrite {
+            session,
+            epoch,
+            kind: TurnWriteKind::Settle { terminal },
         })
     }
 

@@ -13,6 +13,7 @@
 //! therefore run twice; every request may already (a retry after a transient error), and
 //! nothing of a rolled-back run is stored or published.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -23,7 +24,7 @@ use tokio::sync::broadcast;
 use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
-use crate::journal::backend::WriterConnection;
+use crate::journal::backend::{Store, WriterConnection};
 
 /// How long the writer must have had nothing to do before it checkpoints the write-ahead log
 /// (folds it into the database and truncates it).
@@ -311,7 +312,13 @@ impl WriterActor {
         events: &mut Vec<EventRecord>,
     ) -> Result<Option<usize>, StoreError> {
         conn.begin()?;
-        for (i, job) in batch.iter_mut().enumerate() {
+        // The end of the run of turn writes handed to the store ahead of their requests.
+        let mut prepared = 0;
+        for i in 0..batch.len() {
+            if i >= prepared {
+                prepared = prepare_turns(conn.store(), batch, i);
+            }
+            let Some(job) = batch.get_mut(i) else { break };
             let mut ctx = WriteCtx {
                 store: conn.store(),
                 events: Vec::new(),
@@ -372,6 +379,29 @@ impl WriterActor {
         }
         conn.commit()
     }
+}
+
+/// Hands the run of turn writes that starts at `batch[start]` (up to the first request that
+/// is not one, or whose session the run already has) to the store ahead of their requests
+/// (`Store::prepare_turns`); returns where the run ends. A run of one is left to its request.
+/// Should the store fail, the transaction is aborted and the run's first request fails with it:
+/// the batch then runs again with savepoints, where nothing is prepared.
+fn prepare_turns(store: &mut dyn Store, batch: &[Box<dyn Job>], start: usize) -> usize {
+    let mut turns = Vec::new();
+    let mut sessions = HashSet::new();
+    for job in batch.iter().skip(start) {
+        match job.turn() {
+            Some(turn) if sessions.insert(turn.session.as_str()) => turns.push(turn),
+            _ => break,
+        }
+    }
+    let end = start + turns.len().max(1);
+    if turns.len() > 1 {
+        if let Err(e) = store.prepare_turns(&turns, crate::journal::now_ms()) {
+            log::debug!("persistence: a run of {} turn writes failed: {e}", turns.len());
+        }
+    }
+    end
 }
 
 /// When the writer checkpoints its log while idle.

@@ -47,6 +47,8 @@ pub(crate) struct PgConn {
     /// A statement failed since the flag was last cleared: the server aborted the transaction
     /// (or the innermost savepoint) it ran in.
     pub(crate) failed: bool,
+    /// The results of the writer's run of turn writes its requests have not taken yet.
+    pub(crate) prepared: std::collections::VecDeque<super::turn::Prepared>,
     /// Transaction control deferred by the writer (`BEGIN`, `RELEASE`, `SAVEPOINT`…), sent in
     /// one round trip together before the next statement.
     pending: String,
@@ -70,6 +72,7 @@ impl PgConn {
             node,
             appended: Vec::new(),
             failed: false,
+            prepared: std::collections::VecDeque::new(),
             pending: String::new(),
         }
     }

@@ -6,8 +6,8 @@
 //! marks, and the same partial indexes), plus what several nodes need: the `node` table, the
 //! owner and fencing epoch of each session, and the node and epoch of each event.
 //!
-//! Version 2 adds `ds_claim_turn` and `ds_settle_turn`: a turn's claim and its terminal in one
-//! round trip each (see `turn.rs`).
+//! Version 3 adds `ds_claim_turn` and `ds_settle_turn`: a turn's claim and its terminal in one
+//! round trip each (see `turn.rs`); version 5 adds `ds_turns`, a run of them in one.
 
 use postgres::Client;
 
@@ -249,8 +249,41 @@ END
 $fn$;
 "#;
 
+/// Version 5: a run of turn writes in one round trip (`Store::prepare_turns`): `ds_turns`
+/// calls `ds_claim_turn` or `ds_settle_turn` for each element of its arrays, in order, and
+/// returns what each returned, one row per element in the same order.
+const V5: &str = r#"
+CREATE FUNCTION ds_turns(p_node TEXT, p_time BIGINT, p_sessions TEXT[], p_epochs BIGINT[],
+                         p_claims BOOLEAN[], p_types TEXT[], p_data TEXT[], p_boots TEXT[],
+                         p_release BOOLEAN[], p_interrupted BOOLEAN[])
+RETURNS TABLE (fenced BOOLEAN, pending BOOLEAN, seq BIGINT)
+LANGUAGE plpgsql VOLATILE AS $fn$
+DECLARE
+    i INT;
+    r RECORD;
+BEGIN
+    FOR i IN 1 .. COALESCE(array_length(p_sessions, 1), 0) LOOP
+        IF p_claims[i] THEN
+            seq := ds_claim_turn(p_sessions[i], p_node, p_epochs[i], p_types[i], p_data[i],
+                                 p_time, p_boots[i]);
+            fenced := seq IS NULL;
+            pending := false;
+        ELSE
+            SELECT * INTO r FROM ds_settle_turn(p_sessions[i], p_node, p_epochs[i], p_types[i],
+                                                p_data[i], p_time, p_release[i],
+                                                p_interrupted[i]);
+            fenced := r.out_fenced;
+            pending := r.out_pending;
+            seq := r.out_seq;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$;
+"#;
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;

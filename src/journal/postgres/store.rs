@@ -7,7 +7,7 @@ use super::{claim, event, input, message, ownership, retention, session, turn};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
+use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store, TurnWrite};
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };
@@ -315,5 +315,9 @@ impl Store for PgConn {
         now: i64,
     ) -> Result<(Option<u64>, EventRecord), StoreError> {
         turn::settle_turn(self, session, epoch, event, now)
+    }
+
+    fn prepare_turns(&mut self, turns: &[&TurnWrite], now: i64) -> Result<(), StoreError> {
+        turn::prepare_turns(self, turns, now)
     }
 }

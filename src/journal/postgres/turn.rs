@@ -11,12 +11,130 @@
 //! it writes nothing and says so, and the settlement (which queued prompt is owed the next
 //! turn, the wake marks) runs statement by statement as before, in the same transaction, under
 //! the row lock the function took.
+//!
+//! In a batch, a run of these writes goes in one round trip ([`prepare_turns`]: `ds_turns`, the
+//! same functions in a loop), ahead of the requests; each request's call then takes its result
+//! from [`PgConn::prepared`] instead of calling the function itself.
 
 use super::conn::PgConn;
 use super::{claim, event, json_text, seq_param, seq_value};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
+use crate::journal::backend::{TurnWrite, TurnWriteKind};
+
+/// What `ds_turns` did for one turn write, kept until its request takes it.
+#[derive(Debug)]
+pub(crate) struct Prepared {
+    /// The session written.
+    session: SessionId,
+    /// The epoch the write carried.
+    epoch: u64,
+    /// A claim (or else a terminal).
+    claim: bool,
+    /// The time written into its event.
+    time: i64,
+    /// The session has another owner: nothing was written.
+    fenced: bool,
+    /// A terminal found pending inputs: nothing was written, the session row is locked.
+    pending: bool,
+    /// The seq of the event appended.
+    seq: Option<i64>,
+}
+
+/// `Store::prepare_turns`: every write of `turns` in one round trip, their results kept for
+/// their requests.
+pub(crate) fn prepare_turns(
+    conn: &mut PgConn,
+    turns: &[&TurnWrite],
+    now: i64,
+) -> Result<(), StoreError> {
+    conn.prepared.clear();
+    let n = turns.len();
+    let mut sessions = Vec::with_capacity(n);
+    let mut epochs = Vec::with_capacity(n);
+    let mut claims = Vec::with_capacity(n);
+    let mut kinds = Vec::with_capacity(n);
+    let mut data = Vec::with_capacity(n);
+    let mut boots = Vec::with_capacity(n);
+    let mut release = Vec::with_capacity(n);
+    let mut interrupted = Vec::with_capacity(n);
+    for turn in turns {
+        let event = match &turn.kind {
+            TurnWriteKind::Claim { boot } => SessionEvent::ExecutionStarted { boot: boot.clone() },
+            TurnWriteKind::Settle { terminal } => SessionEvent::terminal(terminal),
+        };
+        let claim = matches!(turn.kind, TurnWriteKind::Claim { .. });
+        sessions.push(turn.session.as_str());
+        epochs.push(seq_param(turn.epoch));
+        claims.push(claim);
+        kinds.push(event.kind());
+        data.push(json_text(&event.data()?)?);
+        boots.push(match &turn.kind {
+            TurnWriteKind::Claim { boot } => Some(boot.as_str()),
+            TurnWriteKind::Settle { .. } => None,
+        });
+        release.push(!claim && event.releases_claim());
+        interrupted.push(matches!(event, SessionEvent::ExecutionInterrupted { .. }));
+    }
+    let node = conn.node_arc();
+    let rows = conn.query(
+        "SELECT fenced, pending, seq FROM ds_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        &[
+            &&*node,
+            &now,
+            &sessions,
+            &epochs,
+            &claims,
+            &kinds,
+            &data,
+            &boots,
+            &release,
+            &interrupted,
+        ],
+    )?;
+    if rows.len() != n {
+        return Err(StoreError::Inconsistent(format!(
+            "ds_turns answered {} rows for {n} turn writes",
+            rows.len()
+        )));
+    }
+    let mut prepared = std::collections::VecDeque::with_capacity(n);
+    for (turn, row) in turns.iter().zip(rows) {
+        prepared.push_back(Prepared {
+            session: turn.session.clone(),
+            epoch: turn.epoch,
+            claim: matches!(turn.kind, TurnWriteKind::Claim { .. }),
+            time: now,
+            fenced: row.try_get(0)?,
+            pending: row.try_get(1)?,
+            seq: row.try_get(2)?,
+        });
+    }
+    conn.prepared = prepared;
+    Ok(())
+}
+
+/// The prepared result of this request's write, if its run was prepared. A request that is not
+/// the next one prepared is refused (and the batch then runs again without preparing): its
+/// own call would write twice what the run wrote.
+fn take_prepared(
+    conn: &mut PgConn,
+    session: &SessionId,
+    epoch: u64,
+    claim: bool,
+) -> Result<Option<Prepared>, StoreError> {
+    let Some(next) = conn.prepared.front() else {
+        return Ok(None);
+    };
+    if next.session != *session || next.epoch != epoch || next.claim != claim {
+        conn.prepared.clear();
+        return Err(StoreError::Inconsistent(format!(
+            "turn write of {session} taken out of its prepared order"
+        )));
+    }
+    Ok(conn.prepared.pop_front())
+}
 
 /// `Store::claim_turn`: the fence check, `session.execution.started` and the claim.
 pub(crate) fn claim_turn(
@@ -26,6 +144,17 @@ pub(crate) fn claim_turn(
     boot: &str,
     now: i64,
 ) -> Result<EventRecord, StoreError> {
+    if let Some(done) = take_prepared(conn, session, epoch, true)? {
+        let seq = match done.seq {
+            Some(seq) if !done.fenced => seq_value(seq)?,
+            _ => return Err(fenced(session, epoch)),
+        };
+        let started = SessionEvent::ExecutionStarted {
+            boot: boot.to_owned(),
+        };
+        let data = started.data()?;
+        return Ok(appended(conn, session, seq, started.kind(), data, done.time));
+    }
     started(conn, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
 }
 
@@ -94,6 +223,21 @@ pub(crate) fn settle_turn(
     let release = terminal.releases_claim();
     let kind = terminal.kind();
     let data = terminal.data()?;
+    if let Some(done) = take_prepared(conn, session, epoch, false)? {
+        if done.fenced {
+            return Err(fenced(session, epoch));
+        }
+        if done.pending {
+            let next = claim::settle(conn, session)?;
+            let record = event::append(conn, session, terminal, done.time)?;
+            return Ok((next, record));
+        }
+        let seq = done
+            .seq
+            .ok_or_else(|| StoreError::Inconsistent("ds_turns appended nothing".into()))?;
+        let record = appended(conn, session, seq_value(seq)?, kind, data, done.time);
+        return Ok((None, record));
+    }
     let text = json_text(&data)?;
     let node = conn.node_arc();
     let row = conn.query_one(

@@ -103,6 +103,7 @@ impl PgWriter {
         self.mark = 0;
         self.release_due = false;
         self.conn.appended.clear();
+        self.conn.prepared.clear();
         self.conn.failed = false;
         self.conn.discard();
     }
