@@ -71,7 +71,9 @@ impl Journal {
             kind: TurnWriteKind::Claim { boot },
         });
         async move {
-            claimed.await?.ok_or_else(|| StoreError::Inconsistent("a claim without a seq".into()))
+            claimed
+                .await?
+                .ok_or_else(|| StoreError::Inconsistent("a claim without a seq".into()))
         }
     }
 

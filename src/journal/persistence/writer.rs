@@ -398,7 +398,10 @@ fn prepare_turns(store: &mut dyn Store, batch: &[Box<dyn Job>], start: usize) ->
     let end = start + turns.len().max(1);
     if turns.len() > 1 {
         if let Err(e) = store.prepare_turns(&turns, crate::journal::now_ms()) {
-            log::debug!("persistence: a run of {} turn writes failed: {e}", turns.len());
+            log::debug!(
+                "persistence: a run of {} turn writes failed: {e}",
+                turns.len()
+            );
         }
     }
     end

@@ -251,13 +251,16 @@ $fn$;
 
 /// Version 5: a run of turn writes in one round trip (`Store::prepare_turns`): `ds_turns`
 /// calls `ds_claim_turn` or `ds_settle_turn` for each element of its arrays, in order, and
-/// returns what each returned, one row per element in the same order.
+/// returns what each returned, one row per element in the same order. It waits at most 250 ms
+/// for a lock (the session's is `lock_timeout`, a lease): a run is one statement, and when it
+/// fails the batch runs again request by request, where the request that waits on another
+/// node's lock fails alone, after one full wait, and runs after its batch.
 const V5: &str = r#"
 CREATE FUNCTION ds_turns(p_node TEXT, p_time BIGINT, p_sessions TEXT[], p_epochs BIGINT[],
                          p_claims BOOLEAN[], p_types TEXT[], p_data TEXT[], p_boots TEXT[],
                          p_release BOOLEAN[], p_interrupted BOOLEAN[])
 RETURNS TABLE (fenced BOOLEAN, pending BOOLEAN, seq BIGINT)
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE SET lock_timeout = '250ms' AS $fn$
 DECLARE
     i INT;
     r RECORD;

@@ -1,7 +1,8 @@
 //! A turn's writes on PostgreSQL: the schema functions behind `Store::claim_turn` and
 //! `Store::settle_turn` are fenced like `check_fence` and write nothing when fenced, and a
 //! batch the writer runs without savepoints keeps a failing request's failure its own (and a
-//! request failing on a lock does not hold its batch up twice).
+//! request failing on a lock does not hold its batch up twice), and a run of turn writes
+//! prepared in one round trip stores and answers what the same writes one by one do.
 
 use std::time::{Duration, Instant};
 
@@ -16,8 +17,9 @@ use super::PgConfig;
 use crate::error::StoreError;
 use crate::event::{kind, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{Ownership, Store};
+use crate::journal::backend::{Ownership, Store, TurnWrite, TurnWriteKind};
 use crate::journal::sqlite::test_support::{info, mid, sid};
+use crate::outcome::{InterruptReason, Terminal};
 use crate::records::Delivery;
 
 fn is_fenced<T: std::fmt::Debug>(result: Result<T, StoreError>, want: u64) -> bool {
@@ -257,5 +259,138 @@ fn a_terminal_settles_a_prompt_admitted_concurrently_before_it() -> Result<(), S
         "the prompt is owed the next turn"
     );
     assert!(a.owes_turn(&s)?, "its wake mark is stored");
+    Ok(())
+}
+
+/// Runs one session's turn writes in `order` (claims, then terminals) on `conn`, in one
+/// transaction, prepared as one run (`prepared`) or each on its own; returns what each call
+/// answered: the event's seq and kind, what the settlement decided, or the error's name.
+fn turn_writes(
+    conn: &mut super::conn::PgConn,
+    writes: &[TurnWrite],
+    prepared: bool,
+) -> Result<Vec<String>, StoreError> {
+    sql(conn, "BEGIN")?;
+    if prepared {
+        let run: Vec<&TurnWrite> = writes.iter().collect();
+        conn.prepare_turns(&run, 10)?;
+    }
+    let mut answers = Vec::new();
+    for write in writes {
+        let answer = match &write.kind {
+            TurnWriteKind::Claim { boot } => conn
+                .claim_turn(&write.session, write.epoch, boot, 10)
+                .map(|e| format!("{} {}", e.seq, e.kind)),
+            TurnWriteKind::Settle { terminal } => conn
+                .settle_turn(
+                    &write.session,
+                    write.epoch,
+                    &SessionEvent::terminal(terminal),
+                    10,
+                )
+                .map(|(next, e)| format!("{} {} next {next:?}", e.seq, e.kind)),
+        };
+        answers.push(answer.unwrap_or_else(|e| match e {
+            StoreError::Fenced { epoch, .. } => format!("fenced at {epoch}"),
+            other => format!("error {other}"),
+        }));
+    }
+    sql(conn, "COMMIT")?;
+    Ok(answers)
+}
+
+/// A run of turn writes prepared in one round trip (`Store::prepare_turns`, `ds_turns`) answers
+/// and stores exactly what the same calls made one by one do: claims, a fenced claim, a
+/// success, a user interrupt, a shutdown (which keeps its claim) and a terminal that finds a
+/// queued prompt pending (settled statement by statement after the run).
+#[test]
+fn a_prepared_run_of_turn_writes_matches_the_writes_made_one_by_one() -> Result<(), StoreError> {
+    let Some(db) = pg_db("turn_prepared") else {
+        return Ok(());
+    };
+    let mut conn = pg_conn(&db, "a")?;
+    let mut outcomes = Vec::new();
+    for prepared in [false, true] {
+        let name = |i: usize| sid(&format!("{prepared}-s{i}"));
+        for i in 0..5 {
+            conn.create_session(&info(name(i).as_str(), None, 1))?;
+            assert_eq!(conn.acquire(&name(i))?, Ownership::Owned { epoch: 1 });
+        }
+        // Session 3's turn runs a queued prompt; another is admitted before its terminal.
+        conn.admit(
+            &name(3),
+            &mid(&format!("{prepared}-p1")),
+            &json!("one"),
+            Delivery::Queue,
+            2,
+        )?;
+        let write = |i: usize, epoch: u64, kind: TurnWriteKind| TurnWrite {
+            session: name(i),
+            epoch,
+            kind,
+        };
+        let claim = || TurnWriteKind::Claim {
+            boot: "boot".into(),
+        };
+        let claims = [
+            write(0, 1, claim()),
+            write(1, 1, claim()),
+            write(2, 1, claim()),
+            write(3, 1, claim()),
+            write(4, 2, claim()),
+        ];
+        let mut answers = turn_writes(&mut conn, &claims, prepared)?;
+        assert!(conn.promote_queue(&name(3), 11)?.is_some());
+        conn.admit(
+            &name(3),
+            &mid(&format!("{prepared}-p2")),
+            &json!("two"),
+            Delivery::Queue,
+            12,
+        )?;
+        let settle = |terminal: Terminal| TurnWriteKind::Settle { terminal };
+        let interrupted = |reason: InterruptReason| Terminal::Interrupted { reason };
+        let terminals = [
+            write(0, 1, settle(Terminal::Succeeded)),
+            write(1, 1, settle(interrupted(InterruptReason::User))),
+            write(2, 1, settle(interrupted(InterruptReason::Shutdown))),
+            write(3, 1, settle(Terminal::Succeeded)),
+            write(4, 1, settle(Terminal::Succeeded)),
+        ];
+        answers.extend(turn_writes(&mut conn, &terminals, prepared)?);
+        for i in 0..5 {
+            let log = conn.events_after(&name(i), None, 20)?;
+            let kinds: Vec<_> = log
+                .iter()
+                .map(|e| format!("{} {}", e.seq, e.kind))
+                .collect();
+            let claimed = conn.claim_state(&name(i))?.and_then(|c| c.time_suspended);
+            answers.push(format!("{kinds:?} claimed {claimed:?}"));
+            answers.push(format!("owes a turn {}", conn.owes_turn(&name(i))?));
+        }
+        outcomes.push(answers);
+    }
+    assert_eq!(outcomes[0], outcomes[1]);
+    assert!(outcomes[1][4].starts_with("fenced"), "{:?}", outcomes[1]);
+    assert!(
+        outcomes[1][8].ends_with("next Some(4)"),
+        "{:?}",
+        outcomes[1]
+    );
+
+    // A request taken out of the run's order is refused (its own call would write twice).
+    let s = |i: usize| sid(&format!("true-s{i}"));
+    sql(&mut conn, "BEGIN")?;
+    let run = [s(0), s(1)].map(|session| TurnWrite {
+        session,
+        epoch: 1,
+        kind: TurnWriteKind::Claim { boot: "b".into() },
+    });
+    conn.prepare_turns(&run.iter().collect::<Vec<_>>(), 20)?;
+    assert!(matches!(
+        conn.claim_turn(&s(1), 1, "b", 20),
+        Err(StoreError::Inconsistent(_))
+    ));
+    sql(&mut conn, "ROLLBACK")?;
     Ok(())
 }

@@ -153,7 +153,14 @@ pub(crate) fn claim_turn(
             boot: boot.to_owned(),
         };
         let data = started.data()?;
-        return Ok(appended(conn, session, seq, started.kind(), data, done.time));
+        return Ok(appended(
+            conn,
+            session,
+            seq,
+            started.kind(),
+            data,
+            done.time,
+        ));
     }
     started(conn, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
 }
