@@ -488,6 +488,26 @@ pub(crate) trait WriterConnection: Send {
     fn optimistic_batches(&self) -> bool {
         false
     }
+    /// Whether [`WriterConnection::commit_turn`] may commit a turn write alone in one
+    /// statement. Default false.
+    fn commits_turns_alone(&self) -> bool {
+        false
+    }
+    /// Commits `turn` alone, ahead of its request, where one statement carries the write and
+    /// its commit (PostgreSQL: autocommitted, with its notification); returns whether it did.
+    /// The request then runs outside any transaction, taking the result from its own
+    /// [`Store::claim_turn`] or [`Store::settle_turn`] call, and nothing more is committed.
+    /// When it did not (`Ok(false)`: the server refused the statement, or a terminal found
+    /// inputs pending and wrote nothing), nothing of it is stored and the request runs in a
+    /// transaction as usual. `Err`: whether it committed is unknown (the connection was lost),
+    /// and the request fails with that error rather than run twice. Default: never.
+    fn commit_turn(&mut self, turn: &TurnWrite) -> Result<bool, StoreError> {
+        let _ = turn;
+        Ok(false)
+    }
+    /// Forgets what the request of a turn committed by [`WriterConnection::commit_turn`]
+    /// left behind (its appended events, its result).
+    fn after_turn(&mut self) {}
     /// The statements, on this connection.
     fn store(&mut self) -> &mut dyn Store;
     /// Gives unused cache memory back (outside a transaction).

@@ -24,7 +24,7 @@ use tokio::sync::broadcast;
 use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
-use crate::journal::backend::{Store, WriterConnection};
+use crate::journal::backend::{Store, TurnWriteKind, WriterConnection};
 
 /// How long the writer must have had nothing to do before it checkpoints the write-ahead log
 /// (folds it into the database and truncates it).
@@ -252,8 +252,11 @@ impl WriterActor {
     }
 
     /// Commits one write in a transaction of its own, without a savepoint.
-    fn commit_alone(&mut self, mut job: Box<dyn Job>) {
+    fn commit_alone(&mut self, job: Box<dyn Job>) {
         self.count_transaction(1);
+        let Some(mut job) = self.commit_turn_alone(job) else {
+            return;
+        };
         let mut events = Vec::new();
         let conn = &mut *self.conn;
         let mut retries = 0;
@@ -300,6 +303,51 @@ impl WriterActor {
                 job.complete(Err(&e));
             }
         }
+    }
+
+    /// Commits a turn write alone in one statement where the connection can
+    /// (`WriterConnection::commit_turn`), then runs its request on the result and answers it.
+    /// Gives the job back when it did not (then nothing is stored, and the write commits as
+    /// usual).
+    fn commit_turn_alone(&mut self, mut job: Box<dyn Job>) -> Option<Box<dyn Job>> {
+        if !self.conn.commits_turns_alone() {
+            return Some(job);
+        }
+        let Some(turn) = job.turn() else {
+            return Some(job);
+        };
+        if matches!(turn.kind, TurnWriteKind::Claim { .. }) {
+            // Before anything of the claim is sent, as inside its transaction otherwise.
+            crate::crash::point(crate::crash::DURING_CLAIM);
+        }
+        match self.conn.commit_turn(turn) {
+            Ok(true) => {}
+            Ok(false) => return Some(job),
+            Err(e) => {
+                log::error!("persistence: a turn write alone failed to commit: {e}");
+                self.conn.after_turn();
+                job.complete(Err(&e));
+                return None;
+            }
+        }
+        let mut ctx = WriteCtx {
+            store: self.conn.store(),
+            events: Vec::new(),
+        };
+        let ok = job.run(&mut ctx);
+        let events = ctx.events;
+        self.conn.after_turn();
+        if !ok {
+            // Fenced: nothing was written.
+            self.counters
+                .failed_requests
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        job.complete(Ok(()));
+        if ok {
+            self.broadcast(events);
+        }
+        None
     }
 
     /// Runs the batch without savepoints. `Ok(None)`: every request succeeded and the batch

@@ -118,6 +118,11 @@ impl PgConn {
         self.pending.push_str(sql);
     }
 
+    /// Whether transaction control is deferred (a transaction is being opened).
+    pub(crate) fn has_deferred(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     /// Forgets what was deferred.
     pub(crate) fn discard(&mut self) {
         self.pending.clear();

@@ -17,7 +17,9 @@
 //! from [`PgConn::prepared`] instead of calling the function itself.
 
 use super::conn::PgConn;
-use super::{claim, event, json_text, seq_param, seq_value};
+use postgres::Row;
+
+use super::{claim, event, json_text, seq_param, seq_value, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
@@ -42,64 +44,83 @@ pub(crate) struct Prepared {
     seq: Option<i64>,
 }
 
-/// `Store::prepare_turns`: every write of `turns` in one round trip, their results kept for
-/// their requests.
-pub(crate) fn prepare_turns(
+/// The arrays `ds_turns` takes, one element per turn write.
+#[derive(Default)]
+struct Arrays<'a> {
+    sessions: Vec<&'a str>,
+    epochs: Vec<i64>,
+    claims: Vec<bool>,
+    kinds: Vec<&'static str>,
+    data: Vec<String>,
+    boots: Vec<Option<&'a str>>,
+    release: Vec<bool>,
+    interrupted: Vec<bool>,
+}
+
+impl<'a> Arrays<'a> {
+    fn of(turns: &[&'a TurnWrite]) -> Result<Self, StoreError> {
+        let mut arrays = Arrays::default();
+        for turn in turns {
+            let (event, boot) = match &turn.kind {
+                TurnWriteKind::Claim { boot } => (
+                    SessionEvent::ExecutionStarted { boot: boot.clone() },
+                    Some(boot.as_str()),
+                ),
+                TurnWriteKind::Settle { terminal } => (SessionEvent::terminal(terminal), None),
+            };
+            arrays.sessions.push(turn.session.as_str());
+            arrays.epochs.push(seq_param(turn.epoch));
+            arrays.claims.push(boot.is_some());
+            arrays.kinds.push(event.kind());
+            arrays.data.push(json_text(&event.data()?)?);
+            arrays.boots.push(boot);
+            arrays
+                .release
+                .push(boot.is_none() && event.releases_claim());
+            arrays
+                .interrupted
+                .push(matches!(event, SessionEvent::ExecutionInterrupted { .. }));
+        }
+        Ok(arrays)
+    }
+
+    /// Runs `ds_turns` over the arrays in `sql` (whose parameters 1 and 2 are the node and the
+    /// time, 3 to 10 the arrays).
+    fn run(&self, conn: &mut PgConn, sql: &str, now: i64) -> Result<Vec<Row>, StoreError> {
+        let node = conn.node_arc();
+        conn.query(
+            sql,
+            &[
+                &&*node,
+                &now,
+                &self.sessions,
+                &self.epochs,
+                &self.claims,
+                &self.kinds,
+                &self.data,
+                &self.boots,
+                &self.release,
+                &self.interrupted,
+            ],
+        )
+    }
+}
+
+/// Keeps what `ds_turns` answered (`rows`, one per turn write) for the requests.
+fn keep(
     conn: &mut PgConn,
     turns: &[&TurnWrite],
+    rows: Vec<Row>,
     now: i64,
 ) -> Result<(), StoreError> {
-    conn.prepared.clear();
-    let n = turns.len();
-    let mut sessions = Vec::with_capacity(n);
-    let mut epochs = Vec::with_capacity(n);
-    let mut claims = Vec::with_capacity(n);
-    let mut kinds = Vec::with_capacity(n);
-    let mut data = Vec::with_capacity(n);
-    let mut boots = Vec::with_capacity(n);
-    let mut release = Vec::with_capacity(n);
-    let mut interrupted = Vec::with_capacity(n);
-    for turn in turns {
-        let event = match &turn.kind {
-            TurnWriteKind::Claim { boot } => SessionEvent::ExecutionStarted { boot: boot.clone() },
-            TurnWriteKind::Settle { terminal } => SessionEvent::terminal(terminal),
-        };
-        let claim = matches!(turn.kind, TurnWriteKind::Claim { .. });
-        sessions.push(turn.session.as_str());
-        epochs.push(seq_param(turn.epoch));
-        claims.push(claim);
-        kinds.push(event.kind());
-        data.push(json_text(&event.data()?)?);
-        boots.push(match &turn.kind {
-            TurnWriteKind::Claim { boot } => Some(boot.as_str()),
-            TurnWriteKind::Settle { .. } => None,
-        });
-        release.push(!claim && event.releases_claim());
-        interrupted.push(matches!(event, SessionEvent::ExecutionInterrupted { .. }));
-    }
-    let node = conn.node_arc();
-    let rows = conn.query(
-        "SELECT fenced, pending, seq FROM ds_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        &[
-            &&*node,
-            &now,
-            &sessions,
-            &epochs,
-            &claims,
-            &kinds,
-            &data,
-            &boots,
-            &release,
-            &interrupted,
-        ],
-    )?;
-    if rows.len() != n {
+    if rows.len() != turns.len() {
         return Err(StoreError::Inconsistent(format!(
-            "ds_turns answered {} rows for {n} turn writes",
-            rows.len()
+            "ds_turns answered {} rows for {} turn writes",
+            rows.len(),
+            turns.len()
         )));
     }
-    let mut prepared = std::collections::VecDeque::with_capacity(n);
+    let mut prepared = std::collections::VecDeque::with_capacity(turns.len());
     for (turn, row) in turns.iter().zip(rows) {
         prepared.push_back(Prepared {
             session: turn.session.clone(),
@@ -113,6 +134,64 @@ pub(crate) fn prepare_turns(
     }
     conn.prepared = prepared;
     Ok(())
+}
+
+/// `Store::prepare_turns`: every write of `turns` in one round trip, their results kept for
+/// their requests.
+pub(crate) fn prepare_turns(
+    conn: &mut PgConn,
+    turns: &[&TurnWrite],
+    now: i64,
+) -> Result<(), StoreError> {
+    conn.prepared.clear();
+    let rows = Arrays::of(turns)?.run(
+        conn,
+        "SELECT fenced, pending, seq FROM ds_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        now,
+    )?;
+    keep(conn, turns, rows, now)
+}
+
+/// `WriterConnection::commit_turn`: `turn` alone in one autocommitted statement, with its
+/// `ds_events` notification (the writer's payload for one event), its result kept for its
+/// request. `Ok(false)`: nothing was written (the server refused the statement, or a terminal
+/// found inputs pending); `Err`: the connection was lost, and whether it committed is unknown.
+pub(crate) fn commit_turn(
+    conn: &mut PgConn,
+    turn: &TurnWrite,
+    now: i64,
+) -> Result<bool, StoreError> {
+    conn.prepared.clear();
+    if conn.is_closed() || conn.has_deferred() {
+        return Ok(false);
+    }
+    let turns = [turn];
+    let sql = format!(
+        "SELECT t.fenced, t.pending, t.seq, CASE WHEN t.seq IS NOT NULL THEN \
+         pg_notify('{EVENTS_CHANNEL}', json_build_object('node', $1::text, 'sessions', \
+         json_build_array(json_build_array(($3::text[])[1], t.seq, t.seq)))::text) END \
+         FROM ds_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) t"
+    );
+    let rows = match Arrays::of(&turns)?.run(conn, &sql, now) {
+        Ok(rows) => rows,
+        Err(StoreError::Postgres(e)) if e.as_db_error().is_some() => {
+            // The server refused it: the statement, its own transaction, stored nothing.
+            log::debug!("postgres: a turn write alone was refused: {e}");
+            conn.failed = false;
+            return Ok(false);
+        }
+        Err(e) => return Err(e),
+    };
+    let pending = match rows.first() {
+        Some(row) => row.try_get::<_, bool>(1)?,
+        None => false,
+    };
+    if pending {
+        // Inputs are pending: the settlement runs statement by statement, in a transaction.
+        return Ok(false);
+    }
+    keep(conn, &turns, rows, now)?;
+    Ok(true)
 }
 
 /// The prepared result of this request's write, if its run was prepared. A request that is not

@@ -20,7 +20,7 @@ use super::conn::{connect, PgConn};
 use super::{PgConfig, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::id::SessionId;
-use crate::journal::backend::{Store, WriterConnection};
+use crate::journal::backend::{Store, TurnWrite, WriterConnection};
 
 /// The largest `ds_events` payload sent (PostgreSQL's limit is 8,000 bytes).
 pub(crate) const MAX_PAYLOAD: usize = 7_900;
@@ -230,6 +230,22 @@ impl WriterConnection for PgWriter {
     /// statement's, but a round trip of their own): a batch first runs without them.
     fn optimistic_batches(&self) -> bool {
         true
+    }
+
+    /// A lone turn write commits in one round trip instead of three (`BEGIN`, the call,
+    /// the notification with `COMMIT`).
+    fn commits_turns_alone(&self) -> bool {
+        true
+    }
+
+    fn commit_turn(&mut self, turn: &TurnWrite) -> Result<bool, StoreError> {
+        super::turn::commit_turn(&mut self.conn, turn, crate::journal::now_ms())
+    }
+
+    fn after_turn(&mut self) {
+        self.conn.appended.clear();
+        self.conn.prepared.clear();
+        self.conn.failed = false;
     }
 
     fn store(&mut self) -> &mut dyn Store {
