@@ -31,6 +31,7 @@ mod recovery;
 mod retention;
 mod sessions;
 pub(crate) mod sqlite;
+mod turn_write;
 mod turns;
 
 use std::sync::Arc;

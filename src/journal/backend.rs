@@ -22,10 +22,10 @@
 
 use serde_json::Value;
 
+use super::turn_write::TurnWrite;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::outcome::Terminal;
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };
@@ -109,33 +109,6 @@ pub(crate) struct ClaimedTurn {
     pub(crate) claim: Option<u64>,
     /// The seq of the session's latest interrupt request.
     pub(crate) fence: Option<u64>,
-}
-
-/// One of a turn's two writes, as the writer queues it: a backend where each statement is a
-/// round trip runs a run of them in one ([`Store::prepare_turns`]).
-#[derive(Debug)]
-pub(crate) struct TurnWrite {
-    /// The session.
-    pub(crate) session: SessionId,
-    /// The fencing epoch the session's actor holds.
-    pub(crate) epoch: u64,
-    /// The claim or the terminal.
-    pub(crate) kind: TurnWriteKind,
-}
-
-/// What a [`TurnWrite`] writes.
-#[derive(Debug)]
-pub(crate) enum TurnWriteKind {
-    /// The claim ([`Store::claim_turn`]) for this process boot.
-    Claim {
-        /// The boot.
-        boot: String,
-    },
-    /// The terminal ([`Store::settle_turn`]) of how the turn ended.
-    Settle {
-        /// How it ended.
-        terminal: Terminal,
-    },
 }
 
 /// The statements of the store, on one connection, inside the caller's transaction.

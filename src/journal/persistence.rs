@@ -21,7 +21,8 @@ use tokio::sync::broadcast;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{Readers, Store, TurnWrite, WriterConnection};
+use crate::journal::backend::{Readers, Store, WriterConnection};
+use crate::journal::turn_write::TurnWrite;
 use crate::thread_caches::Taken;
 
 /// The largest number of requests committed in one transaction.

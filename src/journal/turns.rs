@@ -14,7 +14,8 @@ use std::future::Future;
 
 use serde_json::Value;
 
-use super::backend::{Store, TurnWrite, TurnWriteKind};
+use super::backend::Store;
+use super::turn_write::{TurnWrite, TurnWriteKind};
 use super::Journal;
 use crate::error::StoreError;
 use crate::event::EventRecord;

@@ -10,7 +10,7 @@ use futures::channel::oneshot;
 use super::{answer, Job, Persistence, WriteCtx};
 use crate::error::StoreError;
 use crate::event::SessionEvent;
-use crate::journal::backend::{TurnWrite, TurnWriteKind};
+use crate::journal::turn_write::{TurnWrite, TurnWriteKind};
 
 /// A queued [`TurnWrite`]. Its answer: the claim's seq, or what the terminal's settlement
 /// decided (the admission seq of the queued prompt owed the next turn, if any).

@@ -24,7 +24,8 @@ use tokio::sync::broadcast;
 use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
-use crate::journal::backend::{Store, TurnWriteKind, WriterConnection};
+use crate::journal::backend::{Store, WriterConnection};
+use crate::journal::turn_write::TurnWriteKind;
 
 /// How long the writer must have had nothing to do before it checkpoints the write-ahead log
 /// (folds it into the database and truncates it).

@@ -7,7 +7,8 @@ use super::{claim, event, input, message, ownership, retention, session, turn};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store, TurnWrite};
+use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
+use crate::journal::turn_write::TurnWrite;
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
 };

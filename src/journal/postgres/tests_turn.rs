@@ -17,8 +17,9 @@ use super::PgConfig;
 use crate::error::StoreError;
 use crate::event::{kind, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{Ownership, Store, TurnWrite, TurnWriteKind};
+use crate::journal::backend::{Ownership, Store};
 use crate::journal::sqlite::test_support::{info, mid, sid};
+use crate::journal::turn_write::{TurnWrite, TurnWriteKind};
 use crate::outcome::{InterruptReason, Terminal};
 use crate::records::Delivery;
 

@@ -20,7 +20,8 @@ use super::conn::{connect, PgConn};
 use super::{PgConfig, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::id::SessionId;
-use crate::journal::backend::{Store, TurnWrite, WriterConnection};
+use crate::journal::backend::{Store, WriterConnection};
+use crate::journal::turn_write::TurnWrite;
 
 /// The largest `ds_events` payload sent (PostgreSQL's limit is 8,000 bytes).
 pub(crate) const MAX_PAYLOAD: usize = 7_900;
