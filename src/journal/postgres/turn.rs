@@ -152,9 +152,9 @@ pub(crate) fn prepare_turns(
     keep(conn, turns, rows, now)
 }
 
-/// `WriterConnection::commit_turn`: `turn` alone in one autocommitted statement, with its
-/// `ds_events` notification (the writer's payload for one event), its result kept for its
-/// request. `Ok(false)`: nothing was written (the server refused the statement, or a terminal
+/// `WriterConnection::commit_turn`: `turn` alone in one autocommitted statement (its function
+/// called directly, not through `ds_turns`), with its `ds_events` notification (the writer's
+/// payload for one event), its result kept for its request. `Ok(false)`: nothing was written (the server refused the statement, or a terminal
 /// found inputs pending); `Err`: the connection was lost, and whether it committed is unknown.
 pub(crate) fn commit_turn(
     conn: &mut PgConn,
@@ -166,13 +166,53 @@ pub(crate) fn commit_turn(
         return Ok(false);
     }
     let turns = [turn];
-    let sql = format!(
-        "SELECT t.fenced, t.pending, t.seq, CASE WHEN t.seq IS NOT NULL THEN \
-         pg_notify('{EVENTS_CHANNEL}', json_build_object('node', $1::text, 'sessions', \
-         json_build_array(json_build_array(($3::text[])[1], t.seq, t.seq)))::text) END \
-         FROM ds_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) t"
+    // The notification names the one event: `{"node":…,"sessions":[[…,seq,seq]]}`.
+    let node = conn.node_arc();
+    let prefix = format!(
+        "{{\"node\":{},\"sessions\":[[{},",
+        serde_json::Value::from(&*node),
+        serde_json::Value::from(turn.session.as_str())
     );
-    let rows = match Arrays::of(&turns)?.run(conn, &sql, now) {
+    let arrays = Arrays::of(&turns)?;
+    let (session, epoch, kind, data) = (
+        turn.session.as_str(),
+        seq_param(turn.epoch),
+        arrays.kinds.first().copied().unwrap_or_default(),
+        arrays.data.first().map(String::as_str).unwrap_or_default(),
+    );
+    let ran = match &turn.kind {
+        TurnWriteKind::Claim { boot } => conn.query(
+            &format!(
+                "SELECT s IS NULL, false, s, CASE WHEN s IS NOT NULL THEN \
+                 pg_notify('{EVENTS_CHANNEL}', $8 || s || ',' || s || ']]}}') END \
+                 FROM ds_claim_turn($1, $2, $3, $4, $5, $6, $7) AS s"
+            ),
+            &[&session, &&*node, &epoch, &kind, &data, &now, boot, &prefix],
+        ),
+        TurnWriteKind::Settle { .. } => {
+            let release = arrays.release.first().copied().unwrap_or_default();
+            let interrupted = arrays.interrupted.first().copied().unwrap_or_default();
+            conn.query(
+                &format!(
+                    "SELECT out_fenced, out_pending, out_seq, CASE WHEN out_seq IS NOT NULL \
+                     THEN pg_notify('{EVENTS_CHANNEL}', $9 || out_seq || ',' || out_seq || \
+                     ']]}}') END FROM ds_settle_turn($1, $2, $3, $4, $5, $6, $7, $8)"
+                ),
+                &[
+                    &session,
+                    &&*node,
+                    &epoch,
+                    &kind,
+                    &data,
+                    &now,
+                    &release,
+                    &interrupted,
+                    &prefix,
+                ],
+            )
+        }
+    };
+    let rows = match ran {
         Ok(rows) => rows,
         Err(StoreError::Postgres(e)) if e.as_db_error().is_some() => {
             // The server refused it: the statement, its own transaction, stored nothing.
