@@ -11,7 +11,10 @@
 //! succeeded; when one fails, the batch is rolled back and runs again, a savepoint per request
 //! (the failed request alone after it, when its error may clear on retry). A request may
 //! therefore run twice; every request may already (a retry after a transient error), and
-//! nothing of a rolled-back run is stored or published.
+//! nothing of a rolled-back run is stored or published. In that savepoint-free run, each run of
+//! turn writes (claims and terminals) is handed to the store ahead of its requests
+//! (`Store::prepare_turns`: one round trip for the run); a turn write alone in its
+//! transaction may be committed in one statement (`WriterConnection::commit_turn`).
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -339,7 +342,7 @@ impl WriterActor {
         let events = ctx.events;
         self.conn.after_turn();
         if !ok {
-            // Fenced: nothing was written.
+            // Fenced (the statement wrote nothing), or its answer could not be read.
             self.counters
                 .failed_requests
                 .fetch_add(1, Ordering::Relaxed);
