@@ -264,24 +264,28 @@ pub(crate) fn claim_turn(
     now: i64,
 ) -> Result<EventRecord, StoreError> {
     if let Some(done) = take_prepared(conn, session, epoch, true)? {
-        let seq = match done.seq {
-            Some(seq) if !done.fenced => seq_value(seq)?,
-            _ => return Err(fenced(session, epoch)),
-        };
-        let started = SessionEvent::ExecutionStarted {
-            boot: boot.to_owned(),
-        };
-        let data = started.data()?;
-        return Ok(appended(
-            conn,
-            session,
-            seq,
-            started.kind(),
-            data,
-            done.time,
-        ));
+        let seq = done
+            .seq
+            .filter(|_| !done.fenced)
+            .ok_or_else(|| fenced(session, epoch))?;
+        return started_record(conn, session, boot, seq_value(seq)?, done.time);
     }
     started(conn, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
+}
+
+/// The record of the `session.execution.started` of boot `boot` a function appended at `seq`.
+fn started_record(
+    conn: &mut PgConn,
+    session: &SessionId,
+    boot: &str,
+    seq: u64,
+    time: i64,
+) -> Result<EventRecord, StoreError> {
+    let started = SessionEvent::ExecutionStarted {
+        boot: boot.to_owned(),
+    };
+    let data = started.data()?;
+    Ok(appended(conn, session, seq, started.kind(), data, time))
 }
 
 /// Appends `session.execution.started` of boot `boot` and takes the claim, in one round trip:
@@ -297,9 +301,7 @@ pub(crate) fn started(
     let started = SessionEvent::ExecutionStarted {
         boot: boot.to_owned(),
     };
-    let kind = started.kind();
-    let data = started.data()?;
-    let text = json_text(&data)?;
+    let text = json_text(&started.data()?)?;
     let node = conn.node_arc();
     let row = conn.query_one(
         "SELECT ds_claim_turn($1, $2, $3, $4, $5, $6, $7)",
@@ -307,7 +309,7 @@ pub(crate) fn started(
             &session.as_str(),
             &&*node,
             &epoch.map(seq_param),
-            &kind,
+            &started.kind(),
             &text,
             &now,
             &boot,
@@ -316,14 +318,7 @@ pub(crate) fn started(
     let Some(seq) = row.try_get::<_, Option<i64>>(0)? else {
         return Ok(None);
     };
-    Ok(Some(appended(
-        conn,
-        session,
-        seq_value(seq)?,
-        kind,
-        data,
-        now,
-    )))
+    started_record(conn, session, boot, seq_value(seq)?, now).map(Some)
 }
 
 /// `Store::settle_turn`: the fence check, then (for a terminal releasing the claim) the
@@ -346,54 +341,44 @@ pub(crate) fn settle_turn(
             )))
         }
     };
-    let release = terminal.releases_claim();
     let kind = terminal.kind();
     let data = terminal.data()?;
-    if let Some(done) = take_prepared(conn, session, epoch, false)? {
-        if done.fenced {
-            return Err(fenced(session, epoch));
+    // What the function did (in a prepared run, or called now) and the time it wrote.
+    let (is_fenced, pending, seq, time) = match take_prepared(conn, session, epoch, false)? {
+        Some(done) => (done.fenced, done.pending, done.seq, done.time),
+        None => {
+            let text = json_text(&data)?;
+            let node = conn.node_arc();
+            let row = conn.query_one(
+                "SELECT out_fenced, out_pending, out_seq \
+                 FROM ds_settle_turn($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[
+                    &session.as_str(),
+                    &&*node,
+                    &seq_param(epoch),
+                    &kind,
+                    &text,
+                    &now,
+                    &terminal.releases_claim(),
+                    &interrupted,
+                ],
+            )?;
+            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, now)
         }
-        if done.pending {
-            let next = claim::settle(conn, session)?;
-            let record = event::append(conn, session, terminal, done.time)?;
-            return Ok((next, record));
-        }
-        let seq = done
-            .seq
-            .ok_or_else(|| StoreError::Inconsistent("ds_turns appended nothing".into()))?;
-        let record = appended(conn, session, seq_value(seq)?, kind, data, done.time);
-        return Ok((None, record));
-    }
-    let text = json_text(&data)?;
-    let node = conn.node_arc();
-    let row = conn.query_one(
-        "SELECT out_fenced, out_pending, out_seq \
-         FROM ds_settle_turn($1, $2, $3, $4, $5, $6, $7, $8)",
-        &[
-            &session.as_str(),
-            &&*node,
-            &seq_param(epoch),
-            &kind,
-            &text,
-            &now,
-            &release,
-            &interrupted,
-        ],
-    )?;
-    if row.try_get::<_, bool>(0)? {
+    };
+    if is_fenced {
         return Err(fenced(session, epoch));
     }
-    if row.try_get::<_, bool>(1)? {
+    if pending {
         // Inputs are pending: settle statement by statement (the fence is checked and the row
         // stays locked until COMMIT).
         let next = claim::settle(conn, session)?;
-        let record = event::append(conn, session, terminal, now)?;
+        let record = event::append(conn, session, terminal, time)?;
         return Ok((next, record));
     }
-    let seq = row
-        .try_get::<_, Option<i64>>(2)?
-        .ok_or_else(|| StoreError::Inconsistent("ds_settle_turn appended nothing".into()))?;
-    let record = appended(conn, session, seq_value(seq)?, kind, data, now);
+    let seq =
+        seq.ok_or_else(|| StoreError::Inconsistent("ds_settle_turn appended nothing".into()))?;
+    let record = appended(conn, session, seq_value(seq)?, kind, data, time);
     Ok((None, record))
 }
 
