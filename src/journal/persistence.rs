@@ -101,9 +101,15 @@ trait Job: Send {
     /// Sends the reply: the write's own result, or the error that stopped the batch's commit.
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>);
     /// Whether the write failed with an error that may clear if it runs again.
-    fn retryable(&self) -> bool;
+    fn retryable(&self) -> bool {
+        self.error().is_some_and(StoreError::is_transient)
+    }
     /// A copy of the error the write failed with, if it ran and failed.
-    fn failure(&self) -> Option<StoreError>;
+    fn failure(&self) -> Option<StoreError> {
+        self.error().map(StoreError::duplicate)
+    }
+    /// The error the write failed with, if it ran and failed.
+    fn error(&self) -> Option<&StoreError>;
     /// Whether the write runs in a transaction of its own, without a savepoint.
     fn alone(&self) -> bool;
     /// The turn write this request is, if it is one (see [`Store::prepare_turns`]).
@@ -148,19 +154,12 @@ where
         ok
     }
 
-    fn retryable(&self) -> bool {
-        matches!(&self.result, Some(Err(e)) if e.is_transient())
-    }
-
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>) {
         let _ = self.reply.send(answer(commit, self.result));
     }
 
-    fn failure(&self) -> Option<StoreError> {
-        match &self.result {
-            Some(Err(e)) => Some(e.duplicate()),
-            _ => None,
-        }
+    fn error(&self) -> Option<&StoreError> {
+        self.result.as_ref().and_then(|r| r.as_ref().err())
     }
 
     fn alone(&self) -> bool {

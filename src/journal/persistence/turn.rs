@@ -58,15 +58,8 @@ impl Job for TurnJob {
         let _ = self.reply.send(answer(commit, self.result));
     }
 
-    fn retryable(&self) -> bool {
-        matches!(&self.result, Some(Err(e)) if e.is_transient())
-    }
-
-    fn failure(&self) -> Option<StoreError> {
-        match &self.result {
-            Some(Err(e)) => Some(e.duplicate()),
-            _ => None,
-        }
+    fn error(&self) -> Option<&StoreError> {
+        self.result.as_ref().and_then(|r| r.as_ref().err())
     }
 
     fn alone(&self) -> bool {

@@ -130,7 +130,8 @@ async fn the_journal_runs_on_postgres_across_two_nodes() -> Result<(), StoreErro
 /// fenced one writes nothing and fails alone, and a terminal that finds a queued prompt
 /// pending is settled in a transaction as usual (the prompt is owed the next turn).
 #[actix_rt::test]
-async fn a_lone_turn_write_commits_in_one_statement_and_is_heard() -> Result<(), StoreError> {
+async fn a_lone_turn_write_is_heard_a_fenced_one_fails_alone_and_a_pending_one_settles(
+) -> Result<(), StoreError> {
     let Some(db) = pg_db("journal_lone_turn") else {
         return Ok(());
     };
