@@ -218,12 +218,19 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
     Ok(id)
 }
 
-/// The next seq of session `?1`, as the runtime reads it (schema version 6): one past its log's
-/// newest seq, never below its floor (`event_floor`, written by a compaction that kept no
-/// event).
-pub const NEXT_SEQ: &str = "SELECT MAX( \
-     COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1) + 1, 0), \
+/// The next seq of session `?1`, as the runtime reads it (schema version 7): one past the
+/// newest seq of its log in either index (the recent entries and the settled history), never
+/// below its floor (`event_floor`, written by a compaction that kept no event).
+pub const NEXT_SEQ: &str = "SELECT MAX(MAX( \
+     COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_recent \
+               WHERE aggregate_id = ?1 AND recent = 1), -1), \
+     COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_log \
+               WHERE aggregate_id = ?1 AND recent = 0), -1)) + 1, \
      COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
+
+/// An event appended as the runtime appends it: to the recent entries.
+pub const INSERT_EVENT: &str = "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
+     VALUES (?1, ?2, ?3, ?4, ?5, 1)";
 
 /// A direct rusqlite connection doing the baselines' writes on sessions' claim rows.
 pub struct Raw {
@@ -289,11 +296,13 @@ impl Raw {
             let seq: i64 = sp
                 .prepare_cached(NEXT_SEQ)?
                 .query_row([&id], |row| row.get(0))?;
-            sp.prepare_cached(
-                "INSERT INTO event (aggregate_id, seq, type, data, time) \
-                 VALUES (?1, ?2, 'session.execution.started', ?3, ?4)",
-            )?
-            .execute(params![id, seq, data, now])?;
+            sp.prepare_cached(INSERT_EVENT)?.execute(params![
+                id,
+                seq,
+                "session.execution.started",
+                data,
+                now
+            ])?;
             sp.prepare_cached(
                 "INSERT INTO session_claim (session_id, time_suspended, claim_boot) \
                  VALUES (?1, ?2, 'shaped') ON CONFLICT (session_id) DO UPDATE SET \

@@ -757,8 +757,7 @@ fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 5]> {
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
     const SEQ: &str = db::NEXT_SEQ;
-    const EVENT: &str =
-        "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)";
+    const EVENT: &str = db::INSERT_EVENT;
     const CLAIM: &str = "INSERT INTO session_claim (session_id, time_suspended, claim_seq, \
          claim_boot) SELECT id, ?2, ?4, ?3 FROM session WHERE id = ?1 \
          ON CONFLICT (session_id) DO UPDATE SET \

@@ -160,10 +160,13 @@ fn raw_sweep(
                 let seq: i64 = tx
                     .prepare_cached(db::NEXT_SEQ)?
                     .query_row([id], |row| row.get(0))?;
-                tx.prepare_cached(
-                    "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(params![id, seq, kind, r#"{"boot":"now"}"#, now])?;
+                tx.prepare_cached(db::INSERT_EVENT)?.execute(params![
+                    id,
+                    seq,
+                    kind,
+                    r#"{"boot":"now"}"#,
+                    now
+                ])?;
                 if let Some(sql) = projection {
                     tx.prepare_cached(sql)?.execute(params![id, now])?;
                 }

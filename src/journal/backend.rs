@@ -439,6 +439,12 @@ pub(crate) trait WriterConnection: Send {
         let _ = idle;
         true
     }
+    /// Housekeeping between transactions, after a batch's requests were answered (`idle`: the
+    /// writer has had nothing to do for a while, or is stopping). SQLite settles its event
+    /// log's recent entries; other engines: nothing.
+    fn maintain(&mut self, idle: bool) {
+        let _ = idle;
+    }
     /// Opens a write transaction (taking the write lock at once where the engine has one).
     fn begin(&mut self) -> Result<(), StoreError>;
     /// Opens the per-request savepoint.

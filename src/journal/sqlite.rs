@@ -19,6 +19,7 @@ mod maintenance;
 mod message;
 pub(crate) mod pool;
 mod projection;
+pub(crate) mod recent;
 mod recovery;
 mod retention;
 pub(crate) mod schema;
@@ -183,6 +184,18 @@ pub(crate) mod test_support {
         time: i64,
     ) -> Result<SessionInfo, StoreError> {
         Ok(super::create_session(conn, &info(id, parent, time))?.0)
+    }
+
+    /// The detail lines of `EXPLAIN QUERY PLAN` for `sql`.
+    pub(crate) fn plan(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<String>> {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
+        // Unbound parameters are NULL: the plan does not depend on them.
+        let mut rows = stmt.raw_query();
+        let mut lines = Vec::new();
+        while let Some(row) = rows.next()? {
+            lines.push(row.get::<_, String>(3)?);
+        }
+        Ok(lines)
     }
 }
 

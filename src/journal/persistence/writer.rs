@@ -69,6 +69,7 @@ impl WriterActor {
                 Ok(msg) => return Some(msg),
                 Err(mpsc::RecvTimeoutError::Disconnected) => return None,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.conn.maintain(true);
                     let done = self.conn.checkpoint(true);
                     idle.checkpointed(done);
                 }
@@ -97,6 +98,7 @@ impl WriterActor {
             match first {
                 Msg::Job(job) if job.alone() => {
                     self.commit_alone(job);
+                    self.conn.maintain(false);
                     continue;
                 }
                 Msg::Job(job) => batch.push(job),
@@ -126,6 +128,7 @@ impl WriterActor {
             if !batch.is_empty() {
                 idle.wrote();
                 self.commit_batch(batch);
+                self.conn.maintain(false);
             }
         }
         if let Some(job) = held {
@@ -145,6 +148,7 @@ impl WriterActor {
         }
         if let Some(tx) = stop {
             // After the last write: a clean stop leaves an empty log.
+            self.conn.maintain(true);
             if !self.conn.checkpoint(false) {
                 log::warn!("persistence: the write-ahead log could not be truncated at stop");
             }

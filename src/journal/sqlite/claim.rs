@@ -151,19 +151,7 @@ pub(crate) fn claim_state(
 mod tests {
     use super::*;
     use crate::journal::sqlite::get_session;
-    use crate::journal::sqlite::test_support::{create, sid, test_db};
-
-    /// The detail lines of `EXPLAIN QUERY PLAN` for `sql`.
-    fn plan(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<String>> {
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;
-        // Unbound parameters are NULL: the plan does not depend on them.
-        let mut rows = stmt.raw_query();
-        let mut lines = Vec::new();
-        while let Some(row) = rows.next()? {
-            lines.push(row.get::<_, String>(3)?);
-        }
-        Ok(lines)
-    }
+    use crate::journal::sqlite::test_support::{create, plan, sid, test_db};
 
     /// What the restart sweep reads at start costs what is claimed or owed, not the number of
     /// sessions: each statement reads the claims (`session_claim`, through its primary key or

@@ -5,18 +5,21 @@ use rusqlite::Connection;
 use serde_json::Value;
 
 use super::projection::Rows;
+use super::recent::newest_seq;
 use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::projection;
 
 /// The query behind [`next_seq`] (and, one less, [`latest_seq`]): one past the newest seq of
-/// the session's log, read from the event index (the leaf the new event's entry goes to), and
-/// never below the session's `event_floor` (written by a compaction that kept none of the
-/// log's events).
-const NEXT_SEQ_SQL: &str = "SELECT MAX( \
-         COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1) + 1, 0), \
-         COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
+/// the session's log in either index (the recent one's right edge, where the new entry goes;
+/// see [`super::recent`]), and never below the session's `event_floor` (written by a
+/// compaction that kept none of the log's events).
+pub(crate) const NEXT_SEQ_SQL: &str = concat!(
+    "SELECT MAX(",
+    newest_seq!("?1"),
+    " + 1, COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))"
+);
 
 /// The seq the next event of `session` gets (0 for the first).
 fn next_seq(conn: &Connection, session: &SessionId) -> Result<u64, StoreError> {
@@ -27,7 +30,7 @@ fn next_seq(conn: &Connection, session: &SessionId) -> Result<u64, StoreError> {
 /// Appends an event to `session`'s log with the next seq (0 for the first event), without its
 /// projection. Events of one session appended in the same transaction (several requests of a
 /// batch, or several events of one request) each read the one before them, so they get
-/// consecutive seqs; the unique index on `(aggregate_id, seq)` refuses a duplicate.
+/// consecutive seqs; the unique index of recent entries refuses a duplicate.
 fn insert(
     conn: &Connection,
     session: &SessionId,
@@ -38,7 +41,8 @@ fn insert(
     let text = json_text(&data)?;
     let seq = next_seq(conn, session)?;
     let mut insert = conn.prepare_cached(
-        "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 1)",
     )?;
     insert.execute(rusqlite::params![
         session.as_str(),
@@ -114,6 +118,18 @@ fn read_events<P: rusqlite::Params>(
     Ok(events)
 }
 
+/// The query behind [`events_after`]: the settled history, then the recent entries (all above
+/// it), each part in its index's order, merged, so the limit stops the read early.
+pub(crate) const EVENTS_AFTER_SQL: &str = "\
+    SELECT seq, type, data, time FROM event INDEXED BY event_log \
+    WHERE aggregate_id = ?1 AND recent = 0 \
+      AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
+    UNION ALL \
+    SELECT seq, type, data, time FROM event INDEXED BY event_recent \
+    WHERE aggregate_id = ?1 AND recent = 1 \
+      AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
+    ORDER BY 1 LIMIT ?3";
+
 /// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
 /// in seq order — never below the start of its log (`session.log_start`): after a compaction,
 /// the one older row kept (the latest interrupt request, the durable fence) is not replayed.
@@ -123,12 +139,7 @@ pub(crate) fn events_after(
     after: Option<u64>,
     limit: usize,
 ) -> Result<Vec<EventRecord>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, type, data, time FROM event \
-         WHERE aggregate_id = ?1 \
-           AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
-         ORDER BY seq LIMIT ?3",
-    )?;
+    let mut stmt = conn.prepare_cached(EVENTS_AFTER_SQL)?;
     let after = after.map_or(-1, seq_param);
     read_events(
         &mut stmt,
@@ -139,14 +150,24 @@ pub(crate) fn events_after(
 
 /// Every stored event row of `session`, in seq order, below the start of a compacted log too
 /// (the kept interrupt fence), without reading the session row: what `testing::events`
-/// inspects, on a database of any schema version.
+/// inspects, on a database of any schema version (before version 7, through its one index).
 pub(crate) fn stored_events(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Vec<EventRecord>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT seq, type, data, time FROM event WHERE aggregate_id = ?1 ORDER BY seq",
-    )?;
+    let mut stmt = match conn.prepare_cached(
+        "SELECT seq, type, data, time FROM event INDEXED BY event_log \
+         WHERE aggregate_id = ?1 AND recent = 0 \
+         UNION ALL \
+         SELECT seq, type, data, time FROM event INDEXED BY event_recent \
+         WHERE aggregate_id = ?1 AND recent = 1 \
+         ORDER BY 1",
+    ) {
+        Ok(stmt) => stmt,
+        Err(_) => conn.prepare_cached(
+            "SELECT seq, type, data, time FROM event WHERE aggregate_id = ?1 ORDER BY seq",
+        )?,
+    };
     read_events(&mut stmt, session, [session.as_str()])
 }
 

@@ -4,6 +4,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use super::recent::{newest_seq, time_of_latest};
 use super::{get_seq, latest_interrupt_seq, seq_param, session_id, StoreError};
 use crate::id::SessionId;
 
@@ -41,7 +42,8 @@ pub(crate) fn delete_session(conn: &Connection, session: &SessionId) -> Result<(
     for sql in [
         "DELETE FROM session_input WHERE session_id = ?1",
         "DELETE FROM session_message WHERE session_id = ?1",
-        "DELETE FROM event WHERE aggregate_id = ?1",
+        "DELETE FROM event INDEXED BY event_log WHERE aggregate_id = ?1 AND recent = 0",
+        "DELETE FROM event INDEXED BY event_recent WHERE aggregate_id = ?1 AND recent = 1",
         "DELETE FROM session_claim WHERE session_id = ?1",
         "DELETE FROM event_floor WHERE aggregate_id = ?1",
         "DELETE FROM session WHERE id = ?1",
@@ -71,16 +73,18 @@ pub(crate) fn compactable(
     // The newest event's time is looked up only for sessions the cheap tests let through, so a
     // pass over sessions compacted already costs one probe of each log's newest seq. A log
     // that kept no event (its newest seq is the fence, or none) has nothing more to compact.
-    let mut stmt = conn.prepare_cached(
-        "SELECT id FROM (SELECT s.id, s.log_start, \
-                (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = s.id) AS latest \
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT id FROM (SELECT s.id, s.log_start, ",
+        newest_seq!("s.id"),
+        " AS latest \
               FROM session s \
               WHERE NOT EXISTS (SELECT 1 FROM session_claim c \
                                 WHERE c.session_id = s.id AND c.time_suspended IS NOT NULL)) \
-         WHERE latest + 1 - log_start > ?1 \
-           AND (SELECT e.time FROM event e WHERE e.aggregate_id = id AND e.seq = latest) < ?2 \
-         LIMIT ?3",
-    )?;
+         WHERE latest >= 0 AND latest + 1 - log_start > ?1 \
+           AND ",
+        time_of_latest!("id"),
+        " < ?2 LIMIT ?3"
+    ))?;
     let ids = stmt
         .query_map(
             rusqlite::params![
@@ -105,16 +109,17 @@ pub(crate) fn compact(
     keep_last: u64,
     idle_before: i64,
 ) -> Result<Option<(u64, usize)>, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT latest, log_start, claimed, \
-                (SELECT e.time FROM event e WHERE e.aggregate_id = ?1 AND e.seq = latest) \
-         FROM (SELECT (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = s.id) AS latest, \
-                      s.log_start, \
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT latest, log_start, claimed, ",
+        time_of_latest!("?1"),
+        " FROM (SELECT ",
+        newest_seq!("s.id"),
+        " AS latest, s.log_start, \
                       EXISTS (SELECT 1 FROM session_claim c WHERE c.session_id = s.id \
                               AND c.time_suspended IS NOT NULL) AS claimed \
                FROM session s WHERE s.id = ?1) \
-         WHERE latest IS NOT NULL",
-    )?;
+         WHERE latest >= 0"
+    ))?;
     let found = stmt
         .query_row([session.as_str()], |row| {
             Ok((
@@ -133,13 +138,19 @@ pub(crate) fn compact(
         return Ok(None);
     }
     let fence = latest_interrupt_seq(conn, session)?;
-    let deleted = conn
-        .prepare_cached("DELETE FROM event WHERE aggregate_id = ?1 AND seq < ?2 AND seq <> ?3")?
-        .execute(rusqlite::params![
+    let mut deleted = 0;
+    for sql in [
+        "DELETE FROM event INDEXED BY event_log \
+         WHERE aggregate_id = ?1 AND recent = 0 AND seq < ?2 AND seq <> ?3",
+        "DELETE FROM event INDEXED BY event_recent \
+         WHERE aggregate_id = ?1 AND recent = 1 AND seq < ?2 AND seq <> ?3",
+    ] {
+        deleted += conn.prepare_cached(sql)?.execute(rusqlite::params![
             session.as_str(),
             seq_param(start_now),
             fence.map_or(-1, seq_param)
         ])?;
+    }
     conn.prepare_cached("UPDATE session SET log_start = ?2 WHERE id = ?1")?
         .execute(rusqlite::params![session.as_str(), seq_param(start_now)])?;
     if start_now > latest {

@@ -321,7 +321,8 @@ fn version_1_event_log_migrates_to_a_rowid_table() -> Result<(), StoreError> {
     let indexes = stmt
         .query_map([], |r| r.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    assert_eq!(indexes, ["event_aggregate_seq", "event_interrupt"]);
+    // Version 7 splits the `(aggregate_id, seq)` index into the settled and the recent parts.
+    assert_eq!(indexes, ["event_interrupt", "event_log", "event_recent"]);
     let mut stmt =
         conn.prepare("SELECT aggregate_id, seq, type, time FROM event ORDER BY aggregate_id, seq")?;
     let rows = stmt
@@ -348,5 +349,19 @@ fn version_1_event_log_migrates_to_a_rowid_table() -> Result<(), StoreError> {
         [],
     );
     assert!(duplicate.is_err(), "(aggregate_id, seq) must stay unique");
+    conn.execute(
+        "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
+         VALUES ('a', 2, 'x', '{}', 0, 1)",
+        [],
+    )?;
+    let duplicate = conn.execute(
+        "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
+         VALUES ('a', 2, 'x', '{}', 0, 1)",
+        [],
+    );
+    assert!(
+        duplicate.is_err(),
+        "recent (aggregate_id, seq) must stay unique"
+    );
     Ok(())
 }
