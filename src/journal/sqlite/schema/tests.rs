@@ -365,3 +365,53 @@ fn version_1_event_log_migrates_to_a_rowid_table() -> Result<(), StoreError> {
     );
     Ok(())
 }
+
+/// A version-6 database migrates to version 7 with every event settled (`recent` 0, in
+/// `event_log`): replayed as before, and the next seq goes on after the newest.
+#[test]
+fn version_6_events_are_settled_by_the_migration_to_version_7() -> Result<(), StoreError> {
+    use crate::journal::sqlite::test_support::sid;
+    use crate::journal::sqlite::{events_after, publish};
+
+    let dir = tempdir()?;
+    let cfg = StoreConfig::new(dir.path().join("s.db"));
+    {
+        let conn = Connection::open(dir.path().join("s.db"))?;
+        for sql in &MIGRATIONS[..6] {
+            conn.execute_batch(sql)?;
+        }
+        conn.pragma_update(None, "user_version", 6)?;
+        conn.execute(
+            "INSERT INTO session (id, title, directory, time_created, time_updated) \
+             VALUES ('a', 't', '/', 1, 1)",
+            [],
+        )?;
+        for seq in 0..3 {
+            conn.execute(
+                "INSERT INTO event (aggregate_id, seq, type, data, time) \
+                 VALUES ('a', ?1, 'custom.kind', '{}', 1)",
+                [seq],
+            )?;
+        }
+    }
+    let pool = pool::open(&cfg)?;
+    let conn = pool.get()?;
+    assert_eq!(user_version(&conn)?, LATEST_VERSION);
+    let settled: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM event INDEXED BY event_log WHERE aggregate_id = 'a' AND recent = 0",
+        [],
+        |row| row.get(0),
+    )?;
+    assert_eq!(settled, 3);
+    let a = sid("a");
+    assert_eq!(
+        publish(&conn, &a, "custom.kind", &serde_json::json!({}), 2)?.seq,
+        3
+    );
+    let seqs: Vec<u64> = events_after(&conn, &a, None, 10)?
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(seqs, [0, 1, 2, 3]);
+    Ok(())
+}
