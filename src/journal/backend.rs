@@ -7,7 +7,7 @@
 //!   opened. Appending an event assigns its per-session seq and runs its projection into the
 //!   tables, in the same transaction.
 //! - [`WriterConnection`]: the one connection the writer thread group-commits on: begin,
-//!   savepoints, commit, rollback, and whether batches run without savepoints first.
+//!   savepoints, commit, rollback, housekeeping, whether batches run without savepoints first.
 //! - [`Readers`]: the pool that reads run on, off the writer.
 //!
 //! Several nodes may share one database (PostgreSQL): then a session is owned by at most one
@@ -16,9 +16,8 @@
 //! single-node engine (SQLite, whose file one process owns) the runtime owns every session, at
 //! epoch 0, and the checks always pass.
 //!
-//! No signature mentions a driver type: the SQLite backend (`sqlite`) implements them over
-//! rusqlite; another engine implements them over its own driver and the layers above do not
-//! change.
+//! No signature mentions a driver type: each backend implements them over its own driver, and
+//! the layers above do not change.
 
 use serde_json::Value;
 
@@ -431,20 +430,15 @@ pub(crate) trait Store {
 
 /// The writer thread's connection: the transaction control the group commit needs.
 pub(crate) trait WriterConnection: Send {
-    /// Folds the write-ahead log back into the database and truncates it (SQLite
-    /// `wal_checkpoint(TRUNCATE)`), called when the writer has gone idle (`idle`: give up at
-    /// once rather than wait for a reader) and when it stops. Returns whether it completed.
-    /// Engines without such a log: nothing.
-    fn checkpoint(&mut self, idle: bool) -> bool {
-        let _ = idle;
+    /// Folds the write-ahead log into the database and truncates it (SQLite), when the writer
+    /// has gone idle (`idle`: give up at once rather than wait for a reader) and when it stops.
+    /// Returns whether it completed. Engines without such a log: nothing.
+    fn checkpoint(&mut self, _idle: bool) -> bool {
         true
     }
-    /// Housekeeping between transactions, after a batch's requests were answered (`idle`: the
-    /// writer has had nothing to do for a while, or is stopping). SQLite settles its event
-    /// log's recent entries; other engines: nothing.
-    fn maintain(&mut self, idle: bool) {
-        let _ = idle;
-    }
+    /// Housekeeping after a batch's requests were answered, and (`idle`) when the writer went
+    /// idle or stops: SQLite settles its recent event entries. Other engines: nothing.
+    fn maintain(&mut self, _idle: bool) {}
     /// Opens a write transaction (taking the write lock at once where the engine has one).
     fn begin(&mut self) -> Result<(), StoreError>;
     /// Opens the per-request savepoint.

@@ -59,6 +59,10 @@ pub struct StoreView {
     pub sequences: BTreeMap<String, u64>,
     pub inputs: BTreeMap<String, InputRow>,
     pub messages: BTreeMap<String, MessageRow>,
+    /// Sessions with a recent event entry below a settled one (SQLite schema version 7: a
+    /// settle takes every recent entry, so each session's recent seqs are above its settled
+    /// ones).
+    pub misordered: BTreeSet<String>,
 }
 
 fn parse_json(text: &str) -> Value {
@@ -139,6 +143,24 @@ impl StoreView {
             });
         }
         drop(stmt);
+        let split: i64 = tx
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('event') WHERE name = 'recent'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if split > 0 {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT aggregate_id FROM event GROUP BY aggregate_id \
+                     HAVING MIN(CASE WHEN recent = 1 THEN seq END) \
+                          < MAX(CASE WHEN recent = 0 THEN seq END)",
+                )
+                .unwrap();
+            let rows = stmt.query_map([], |r| r.get::<_, String>(0)).unwrap();
+            view.misordered = rows.map(Result::unwrap).collect();
+        }
         // Schema version 6 keeps no counter: a log's next seq is one past its newest, never
         // below its floor (`event_floor`, written by a compaction that kept no event).
         let mut stmt = tx
@@ -537,6 +559,11 @@ impl StoreView {
     ///   precedes that terminal.
     pub fn violations(&self, max_attempts: u32) -> Vec<String> {
         let mut bad = Vec::new();
+        for session in &self.misordered {
+            bad.push(format!(
+                "{session}: a recent event entry below a settled one"
+            ));
+        }
         for (session, events) in &self.events {
             for (i, e) in events.iter().enumerate() {
                 if e.seq != i as u64 {

@@ -1,10 +1,10 @@
 //! The writer thread of the Persistence actor: takes everything queued, commits it as one
 //! transaction (a savepoint per request), replies after COMMIT and broadcasts what committed.
 //!
-//! It also keeps the write-ahead log small: once it has written and then had nothing to do for
+//! After each batch is answered it lets the engine do its housekeeping
+//! (`WriterConnection::maintain`). Once it has written and then had nothing to do for
 //! [`IDLE_CHECKPOINT`] (at most every [`CHECKPOINT_EVERY`]), and when it stops, it has the
-//! engine checkpoint and truncate its log (SQLite `wal_checkpoint(TRUNCATE)`), so a clean stop
-//! leaves an empty `-wal` file.
+//! engine checkpoint and truncate its log, so a clean stop leaves an empty `-wal` file.
 //!
 //! Where savepoints cost a round trip each (`WriterConnection::optimistic_batches`:
 //! PostgreSQL), a batch first runs without them and commits as is when every request
@@ -30,12 +30,10 @@ use crate::event::EventRecord;
 use crate::journal::backend::{Store, WriterConnection};
 use crate::journal::turn_write::TurnWriteKind;
 
-/// How long the writer must have had nothing to do before it checkpoints the write-ahead log
-/// (folds it into the database and truncates it).
+/// How long the writer must have had nothing to do before it checkpoints the write-ahead log.
 const IDLE_CHECKPOINT: Duration = Duration::from_secs(1);
 
-/// The least time between two idle checkpoints (a writer that idles a second between every
-/// burst does not checkpoint after each).
+/// The least time between two idle checkpoints (not one after every burst).
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
 /// How often a request that failed with a transient error (a deadlock with another node's
