@@ -19,8 +19,9 @@
 //! - `Sessions::create`, one at a time (p50, p99): what indexing the title costs;
 //! - bytes on disk per session (after seeding) and per turn (the history's growth);
 //! - the WAL frames one group commit of 500 claims (and of 500 releases) appends, by rusqlite
-//!   on the file after the measurements, with the frames of each statement alone: which
-//!   B-trees a commit dirties, and how that grows with the store.
+//!   on the file after the measurements (with 4,096 recent event entries, the average between
+//!   two settles), with the frames of each statement alone, and of the settle after them:
+//!   which B-trees a commit dirties, and how that grows with the store.
 //!
 //! On the smallest database, a runner that reads its context incrementally
 //! (`Turn::context_after` from the last message it saw, then `Turn::append_message`): its whole
@@ -81,8 +82,8 @@ struct Size {
     create50: Vec<f64>,
     create99: Vec<f64>,
     /// WAL frames per commit: claims, releases, then each statement alone (next seq read,
-    /// event insert, claim row upsert).
-    frames: [f64; 5],
+    /// event insert, claim row upsert), then the settle of the recent entries.
+    frames: [f64; 6],
 }
 
 /// Runs the scenario.
@@ -108,7 +109,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     };
     let mut figures = Vec::new();
     let mut context: Option<[Vec<f64>; 2]> = None;
-    let mut fresh_frames: Option<(usize, [f64; 5])> = None;
+    let mut fresh_frames: Option<(usize, [f64; 6])> = None;
     let mut fresh_turns = Vec::new();
     for n in sizes.iter().copied() {
         let path = ctx.dir.join(format!("growth-{n}.db"));
@@ -221,13 +222,14 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         size.frames = wal_frames(&path, batch)?;
         ctx.log(format_args!(
             "growth {n}: WAL frames per commit of {} claims {}, releases {}; alone: next seq \
-             {}, event {}, claim {}",
+             {}, event {}, claim {}; settle {}",
             PROFILE_BATCH.min(ids.len()),
             size.frames[0],
             size.frames[1],
             size.frames[2],
             size.frames[3],
-            size.frames[4]
+            size.frames[4],
+            size.frames[5]
         ));
         db::remove(&path);
         figures.push(size);
@@ -409,7 +411,7 @@ fn rows(
 }
 
 /// The row of a WAL profile (see [`wal_frames`]).
-fn frames_row(at: String, batch: usize, frames: [f64; 5]) -> Row {
+fn frames_row(at: String, batch: usize, frames: [f64; 6]) -> Row {
     Row::new(
         NAME,
         format!("WAL frames per commit of {batch} claims {at}"),
@@ -418,8 +420,9 @@ fn frames_row(at: String, batch: usize, frames: [f64; 5]) -> Row {
     )
     .note(format!(
         "{batch} releases: {}; each statement alone over the same {batch} sessions: next seq \
-         read {}, event insert {}, claim row upsert {} (4 KiB pages)",
-        frames[1], frames[2], frames[3], frames[4]
+         read {}, event insert {}, claim row upsert {}; the settle after them: {} (4 KiB \
+         pages; 4,096 recent entries before the commits)",
+        frames[1], frames[2], frames[3], frames[4], frames[5]
     ))
 }
 
@@ -752,12 +755,32 @@ async fn long_transcript(
 /// `session.execution.started`, claim row upsert), then each one's release (the same with the
 /// terminal and the claim row's deletion), then each statement alone. The WAL is checkpointed
 /// (PASSIVE, no reader) after each commit, so the next commit starts it over.
-fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 5]> {
+///
+/// The runtime settled the log when it stopped; the commits are measured with the recent
+/// entries at their average between two settles (half of the 8,192 the writer settles at:
+/// 4,096 events spread over `ids`, written first and not counted). The last figure is the
+/// frames of the settle that then moves every recent entry to the history.
+fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 6]> {
     let mut conn = db::open(path, Synchronous::Full)?;
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "wal_checkpoint", "TRUNCATE")?;
     const SEQ: &str = db::NEXT_SEQ;
     const EVENT: &str = db::INSERT_EVENT;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for id in ids.iter().cycle().take(4096) {
+        let next: i64 = tx
+            .prepare_cached(SEQ)?
+            .query_row([id.as_str()], |r| r.get(0))?;
+        tx.prepare_cached(EVENT)?.execute(params![
+            id.as_str(),
+            next,
+            "session.synthetic",
+            "{}",
+            db::now_ms()
+        ])?;
+    }
+    tx.commit()?;
+    checkpointed_frames(&conn)?;
     const CLAIM: &str = "INSERT INTO session_claim (session_id, time_suspended, claim_seq, \
          claim_boot) SELECT id, ?2, ?4, ?3 FROM session WHERE id = ?1 \
          ON CONFLICT (session_id) DO UPDATE SET \
@@ -775,7 +798,7 @@ fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 5]> {
         (false, Some("session.synthetic"), None),
         (false, None, Some(CLAIM)),
     ];
-    let mut frames = [0.0; 5];
+    let mut frames = [0.0; 6];
     for (k, (seq, event, projection)) in shapes.into_iter().enumerate() {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for id in ids {
@@ -815,6 +838,11 @@ fn wal_frames(path: &Path, ids: &[SessionId]) -> BenchResult<[f64; 5]> {
         tx.commit()?;
         frames[k] = checkpointed_frames(&conn)?;
     }
+    conn.execute_batch(
+        "BEGIN IMMEDIATE; \
+         UPDATE event INDEXED BY event_recent SET recent = 0 WHERE recent = 1; COMMIT",
+    )?;
+    frames[5] = checkpointed_frames(&conn)?;
     Ok(frames)
 }
 
