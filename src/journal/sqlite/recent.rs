@@ -88,7 +88,9 @@ impl Settler {
         {
             Ok(newest) => newest,
             Err(e) => {
-                log::warn!("persistence: cannot read the event log's end: {e}");
+                // Asked after every batch: a store that cannot answer (corrupt, gone) reports
+                // it through the requests themselves, not here each time.
+                log::debug!("persistence: cannot read the event log's end: {e}");
                 return;
             }
         };
