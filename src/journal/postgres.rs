@@ -86,11 +86,15 @@ mod tests;
 #[cfg(test)]
 mod tests_journal;
 #[cfg(test)]
+mod tests_leases;
+#[cfg(test)]
 mod tests_nodes;
 #[cfg(test)]
 mod tests_own;
 #[cfg(test)]
 mod tests_turn;
+#[cfg(test)]
+mod tests_writer;
 mod turn;
 mod writer;
 
