@@ -456,8 +456,8 @@ pub(crate) trait WriterConnection: Send {
     fn in_transaction(&mut self) -> bool;
     /// Whether a batch first runs without per-request savepoints, all or nothing: committed as
     /// is when every request succeeds; rolled back and run again with a savepoint per request
-    /// when one fails. Worth it where a savepoint costs a round trip (PostgreSQL); default
-    /// false (SQLite's savepoints are in-process calls).
+    /// when one fails. Worth it where a savepoint costs a round trip (PostgreSQL) or copies
+    /// pages (SQLite's sub-journal); default false.
     fn optimistic_batches(&self) -> bool {
         false
     }

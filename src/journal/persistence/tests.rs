@@ -137,6 +137,73 @@ async fn one_failing_request_in_a_batch_fails_alone() {
     assert_eq!(persistence.stats().failed_requests, 1);
 }
 
+/// A batch first runs without savepoints: each request of a batch that succeeds runs once.
+/// When one fails, the batch is rolled back and runs again with a savepoint per request: the
+/// requests up to the failing one ran twice, the rest once, and each row is stored once.
+#[actix_rt::test]
+async fn a_batch_runs_once_without_savepoints_and_again_with_them_after_a_failure() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, path) = start(&dir);
+    for failing in [None, Some(7i64)] {
+        let base = if failing.is_some() { 100 } else { 0 };
+        let runs: Arc<Vec<AtomicUsize>> = Arc::new((0..20).map(|_| AtomicUsize::new(0)).collect());
+        // A request holds the writer, alone, until the 20 below are queued: they then make
+        // one batch.
+        let (started, running) = futures::channel::oneshot::channel::<()>();
+        let started = Mutex::new(Some(started));
+        let (release, hold) = std::sync::mpsc::channel::<()>();
+        // `submit` queues at once (`write` when first polled).
+        let gate = persistence.submit(
+            move |_| {
+                if let Some(started) = started.lock().expect("not poisoned").take() {
+                    let _ = started.send(());
+                }
+                let _ = hold.recv_timeout(Duration::from_secs(10));
+                Ok(())
+            },
+            false,
+        );
+        running.await.expect("the holding request runs");
+        let writes: Vec<_> = (0..20i64)
+            .map(|k| {
+                let runs = runs.clone();
+                persistence.submit(
+                    move |w| {
+                        runs[k as usize].fetch_add(1, Ordering::SeqCst);
+                        w.conn()
+                            .execute("INSERT INTO t (k, v) VALUES (?1, 'x')", [base + k])?;
+                        if Some(k) == failing {
+                            return Err(StoreError::Conflict("deliberate".into()));
+                        }
+                        Ok(())
+                    },
+                    false,
+                )
+            })
+            .collect();
+        release.send(()).expect("release the writer");
+        gate.await.unwrap();
+        let results = join_all(writes).await;
+        for (k, result) in results.into_iter().enumerate() {
+            let k = k as i64;
+            let ran = runs[k as usize].load(Ordering::SeqCst);
+            match failing {
+                None => assert_eq!(ran, 1, "request {k} of a batch that succeeded"),
+                Some(f) => assert_eq!(ran, if k <= f { 2 } else { 1 }, "request {k}"),
+            }
+            assert_eq!(
+                result.is_ok(),
+                Some(k) != failing,
+                "request {k}: {result:?}"
+            );
+            assert_eq!(row_exists(&path, base + k), Some(k) != failing, "row {k}");
+        }
+    }
+}
+
 /// Events published by a request reach subscribers only after COMMIT, and a rolled-back
 /// request's events never do.
 #[actix_rt::test]
@@ -192,8 +259,15 @@ async fn a_transaction_rolled_back_by_sqlite_fails_the_whole_batch() {
     // Holds the writer until every other request below is queued (the last future of the join
     // releases it), so `b` and `c` share a batch, `b` first.
     let first = persistence.write(move |w| {
-        hold.recv_timeout(Duration::from_secs(10))
-            .expect("released");
+        // A request may run twice (the batch runs again, a savepoint per request, after a
+        // failure): the second run finds the channel closed.
+        assert!(
+            !matches!(
+                hold.recv_timeout(Duration::from_secs(10)),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            ),
+            "never released"
+        );
         w.conn()
             .execute("INSERT INTO t (k, v) VALUES (0, 'first')", [])?;
         Ok(())
