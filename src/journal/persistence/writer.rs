@@ -7,8 +7,8 @@
 //! engine checkpoint and truncate its log, so a clean stop leaves an empty `-wal` file.
 //!
 //! Where savepoints cost more than they save (`WriterConnection::optimistic_batches`:
-//! PostgreSQL, a round trip each; SQLite, page copies), a batch first runs without them and commits as is when every request
-//! succeeded; when one fails, the batch is rolled back and runs again, a savepoint per request
+//! PostgreSQL, a round trip each; SQLite, page copies), a batch first runs without them and
+//! commits as is when every request succeeded; when one fails, the batch is rolled back and runs again, a savepoint per request
 //! (the failed request alone after it, when its error may clear on retry). A request may
 //! therefore run twice; every request may already (a retry after a transient error), and
 //! nothing of a rolled-back run is stored or published. In that savepoint-free run, each run of

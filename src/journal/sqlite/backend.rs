@@ -428,11 +428,9 @@ impl WriterConnection for SqliteWriter {
     }
 
     /// Yes: a savepoint makes SQLite copy every page a request first touches into the
-    /// sub-journal, and costs two statements (`SAVEPOINT`, `RELEASE`), about 1.7 µs a request
-    /// on top of some 6 µs of SQL for a claim (`turns` c=1,000 NORMAL, 3 alternating pairs:
-    /// 49.4 / 54.5 / 50.6 against 48.9 / 45.9 / 45.8 thousand turns/s; FULL, bound by its
-    /// syncs, unchanged). A failing request (rare: a deleted session, a duplicate id) makes its
-    /// batch run twice.
+    /// sub-journal, and costs two statements (`SAVEPOINT`, `RELEASE`): about 1.7 µs a request
+    /// on top of some 6 µs of SQL for a claim (measured in BENCHMARKS.md). A failing request
+    /// (rare: a deleted session, a duplicate id) makes its batch run twice.
     fn optimistic_batches(&self) -> bool {
         true
     }

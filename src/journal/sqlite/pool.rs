@@ -52,7 +52,7 @@ pub(crate) const DEFAULT_JOURNAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 /// past this many pages. Under `FULL`, a larger log does not pay: each commit syncs the log, and
 /// a commit that extends the file past its usual size also syncs the file's size (`latency`,
 /// 4,096 pages: whole turn p50 about 2 commits + 230 µs instead of + 20 to 60 µs).
-pub(crate) const AUTOCHECKPOINT_FULL: i64 = 1000;
+const AUTOCHECKPOINT_FULL: i64 = 1000;
 
 /// `PRAGMA wal_autocheckpoint` (in pages) under `synchronous = NORMAL`: four times SQLite's
 /// default.
@@ -66,7 +66,7 @@ pub(crate) const AUTOCHECKPOINT_FULL: i64 = 1000;
 /// (up to 16 MiB) is still truncated when the writer goes idle and at stop. Checkpointing on a
 /// thread of its own, or syncing the log ahead of the checkpoint from one, was measured and
 /// not kept: their syncs slowed the concurrent commits (see BENCHMARKS.md).
-pub(crate) const AUTOCHECKPOINT_NORMAL: i64 = 4096;
+const AUTOCHECKPOINT_NORMAL: i64 = 4096;
 
 /// The `wal_autocheckpoint` for `synchronous`.
 fn autocheckpoint(synchronous: Synchronous) -> i64 {
