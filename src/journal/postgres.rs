@@ -92,6 +92,8 @@ mod tests_nodes;
 #[cfg(test)]
 mod tests_own;
 #[cfg(test)]
+mod tests_parity;
+#[cfg(test)]
 mod tests_turn;
 #[cfg(test)]
 mod tests_writer;
