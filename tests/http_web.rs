@@ -240,11 +240,15 @@ async fn event_stream_tickets_open_one_stream_for_a_short_time() {
     ] {
         let (status, _, body) = send(client().get(format!("{base}{path}")), None).await;
         assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+        // The answer names the ticket, not the header the request did not send.
+        assert_eq!(body["error"]["type"], "invalid_ticket", "{path}: {body}");
     }
     actix_rt::time::sleep(Duration::from_millis(3100)).await;
     let expired = client().get(format!("{base}/sessions/t1/events?ticket={ticket}"));
-    let (status, _, _) = send(expired, None).await;
+    let (status, _, body) = send(expired, None).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED, "an expired ticket");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("expired"), "{body}");
     server.stop().await;
 }
 

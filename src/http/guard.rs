@@ -154,6 +154,30 @@ fn ticketed(req: &ServiceRequest) -> bool {
         .is_some_and(|t| ticket::valid(&t, &scope))
 }
 
+/// When a refused request carried `?ticket=`, why the ticket did not open it (a 401 that names
+/// the ticket rather than the header it did not send); `None` without a ticket.
+fn ticket_refusal(req: &ServiceRequest) -> Option<ApiError> {
+    web::Query::<TicketParam>::from_query(req.query_string())
+        .ok()?
+        .into_inner()
+        .ticket?;
+    let stream = matches!(*req.method(), Method::GET | Method::HEAD)
+        && (req.path() == "/events" || req.path().ends_with("/events"));
+    let message = if stream {
+        "the ticket does not open this stream: it has expired, was issued for another stream, \
+         or is malformed (a new one: POST /sessions/{id}/events/ticket, or POST /events/ticket, \
+         with the token)"
+    } else {
+        "a ticket opens an event stream only (GET /sessions/{id}/events or GET /events); \
+         this route needs `Authorization: Bearer <token>`"
+    };
+    Some(ApiError::new(
+        actix_web::http::StatusCode::UNAUTHORIZED,
+        "invalid_ticket",
+        message,
+    ))
+}
+
 #[derive(serde::Deserialize)]
 struct IdSegment {
     id: String,
@@ -174,7 +198,8 @@ pub(super) async fn authorize(
         .and_then(|state| state.options.token.clone());
     match token {
         Some(token) if !bearer(&req, &token) && !ticketed(&req) => {
-            Ok(req.into_response(ApiError::unauthorized().error_response()))
+            let refusal = ticket_refusal(&req).unwrap_or_else(ApiError::unauthorized);
+            Ok(req.into_response(refusal.error_response()))
         }
         _ => next.call(req).await,
     }
