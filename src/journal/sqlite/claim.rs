@@ -81,13 +81,14 @@ pub(crate) fn count_adoption(conn: &Connection, id: &SessionId) -> Result<Option
     Ok(stmt.query_row([id.as_str()], |row| row.get(0)).optional()?)
 }
 
-/// The query behind [`list_claimed`]: the claims in `session_claim_time`'s order, each
-/// session's row read by id for its parent.
-const LIST_CLAIMED_SQL: &str = "SELECT c.session_id \
-     FROM session_claim c CROSS JOIN session s ON s.id = c.session_id \
-     WHERE c.time_suspended IS NOT NULL AND s.parent_id IS NULL \
-       AND (?1 IS NULL OR c.claim_boot IS NULL OR c.claim_boot <> ?1) \
-     ORDER BY c.time_suspended, c.session_id";
+/// The query behind [`list_claimed`]: every claim (`session_claim` holds claimed sessions only,
+/// so it is scanned and sorted by claim time), each session's row read by id for its parent.
+const LIST_CLAIMED_SQL: &str = "SELECT session_claim.session_id \
+     FROM session_claim CROSS JOIN session s ON s.id = session_claim.session_id \
+     WHERE session_claim.time_suspended IS NOT NULL AND s.parent_id IS NULL \
+       AND (?1 IS NULL OR session_claim.claim_boot IS NULL \
+            OR session_claim.claim_boot <> ?1) \
+     ORDER BY session_claim.time_suspended, session_claim.session_id";
 
 /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot` (a
 /// claim without a boot is never excluded).
@@ -154,10 +155,10 @@ mod tests {
     use crate::journal::sqlite::test_support::{create, plan, sid, test_db};
 
     /// What the restart sweep reads at start costs what is claimed or owed, not the number of
-    /// sessions: each statement reads the claims (`session_claim`, through its primary key or
-    /// `session_claim_time`) or the inbox's wake marks (`session_input_wake`) first, and a
-    /// session only by id; none scans `session` or reads it through the parent index (where
-    /// every top-level session has the same key).
+    /// sessions: each statement reads the claims (`session_claim`, a row per claimed session,
+    /// scanned or through its primary key) or the inbox's wake marks (`session_input_wake`)
+    /// first, and a session only by id; none scans `session` or reads it through the parent
+    /// index (where every top-level session has the same key).
     #[test]
     fn the_sweeps_reads_visit_claims_and_wake_marks_only() -> Result<(), StoreError> {
         let db = test_db()?;
