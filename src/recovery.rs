@@ -104,6 +104,9 @@ pub(crate) async fn resume_suspended_sessions(
     crate::crash::point(crate::crash::SWEEP_AFTER_COUNT);
     crate::crash::point(crate::crash::BEFORE_CLAIM);
     let max = max_resume_attempts;
+    // The chunks are queued together; the writer's housekeeping (SQLite's settle of the event
+    // log) waits until they are done rather than running between them.
+    let _hold = journal.defer_maintenance();
     let outcomes = chunked(orphans, SWEEP_CHUNK).into_iter().map(|chunk| {
         async move {
             let counted: Vec<(SessionId, u32)> = chunk

@@ -352,6 +352,19 @@ pub(crate) trait Store {
 }
 
 /// The writer thread's connection: the transaction control the group commit needs.
+/// When the writer offers the engine its housekeeping ([`WriterConnection::maintain`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Maintenance {
+    /// After a write, in the usual course: what is due.
+    AfterWrite,
+    /// After a write, while a burst that should not wait for housekeeping is under way (the
+    /// restart sweep, see [`crate::journal::persistence::Persistence::defer_maintenance`]):
+    /// only what can wait no longer.
+    Deferred,
+    /// The writer has been idle for a while, or is stopping: everything there is.
+    Idle,
+}
+
 pub(crate) trait WriterConnection: Send {
     /// Folds the write-ahead log into the database and truncates it (SQLite), when the writer
     /// has gone idle (`idle`: give up at once rather than wait for a reader) and when it stops.
@@ -359,9 +372,10 @@ pub(crate) trait WriterConnection: Send {
     fn checkpoint(&mut self, _idle: bool) -> bool {
         true
     }
-    /// Housekeeping after a batch's requests were answered, and (`idle`) when the writer went
-    /// idle or stops: SQLite settles its recent event entries. Other engines: nothing.
-    fn maintain(&mut self, _idle: bool) {}
+    /// Housekeeping after a batch's requests were answered, and when the writer went idle or
+    /// stops (`when` says which): SQLite settles its recent event entries. Other engines:
+    /// nothing.
+    fn maintain(&mut self, _when: Maintenance) {}
     /// Opens a write transaction (taking the write lock at once where the engine has one).
     fn begin(&mut self) -> Result<(), StoreError>;
     /// Opens the per-request savepoint.

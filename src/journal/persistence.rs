@@ -11,7 +11,7 @@
 //! published on the bus.
 //! Reads do not queue behind the writer: they run on pool connections on a blocking thread.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 
@@ -184,6 +184,19 @@ pub(crate) struct Persistence {
     read_permits: Arc<tokio::sync::Semaphore>,
     bus: broadcast::Sender<Arc<EventRecord>>,
     counters: Arc<Counters>,
+    /// Shared with the writer: how many [`MaintenanceHold`]s are alive.
+    holds: Arc<AtomicUsize>,
+}
+
+/// While alive, the writer defers the engine's housekeeping after writes to what can wait no
+/// longer ([`Persistence::defer_maintenance`]); dropped, the usual course resumes.
+#[derive(Debug)]
+pub(crate) struct MaintenanceHold(Arc<AtomicUsize>);
+
+impl Drop for MaintenanceHold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl std::fmt::Debug for Persistence {
@@ -208,12 +221,14 @@ impl Persistence {
         let (mailbox, inbox) = mpsc::channel();
         let (bus, _) = broadcast::channel(bus_capacity.max(1));
         let counters = Arc::new(Counters::default());
+        let holds = Arc::new(AtomicUsize::new(0));
         let actor = WriterActor {
             conn: writer,
             inbox,
             bus: bus.clone(),
             counters: counters.clone(),
             max_batch: if group_commit { MAX_BATCH } else { 1 },
+            holds: holds.clone(),
         };
         thread::Builder::new()
             .name("durable-sessions-persistence".into())
@@ -225,7 +240,18 @@ impl Persistence {
             readers,
             bus,
             counters,
+            holds,
         })
+    }
+
+    /// Defers the engine's housekeeping after writes while the returned hold is alive: for a
+    /// burst whose latency matters more than the housekeeping it would wait behind (the
+    /// restart sweep, whose claims start drains; SQLite's settle of the event log's recent
+    /// entries would otherwise run between its chunks). What can wait no longer still runs,
+    /// and the writer going idle does all of it.
+    pub(crate) fn defer_maintenance(&self) -> MaintenanceHold {
+        self.holds.fetch_add(1, Ordering::AcqRel);
+        MaintenanceHold(self.holds.clone())
     }
 
     /// Runs `work` in the next group-committed transaction; resolves after its COMMIT.

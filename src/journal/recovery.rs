@@ -92,6 +92,12 @@ impl Journal {
             .await
     }
 
+    /// Defers the writer's housekeeping after writes while the hold lives (see
+    /// [`super::persistence::Persistence::defer_maintenance`]): held over the sweep's chunks.
+    pub(crate) fn defer_maintenance(&self) -> super::persistence::MaintenanceHold {
+        self.inner.persistence.defer_maintenance()
+    }
+
     /// Settles a chunk of orphans in one transaction of its own (see [`sweep_one`]).
     pub(crate) async fn sweep(
         &self,

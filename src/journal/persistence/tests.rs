@@ -378,3 +378,47 @@ async fn a_write_alone_commits_by_itself_and_rolls_back_whole_on_error() {
     // transaction with the batched ones.
     assert!(after.transactions - before.transactions >= 4);
 }
+
+/// Recent event entries of the log at `path`, read from a second connection.
+fn recent_entries(path: &std::path::Path) -> i64 {
+    let conn = Connection::open(path).expect("second connection");
+    conn.query_row("SELECT count(*) FROM event WHERE recent = 1", [], |r| {
+        r.get(0)
+    })
+    .expect("query")
+}
+
+/// While a maintenance hold is alive (the restart sweep), the writer does not settle the event
+/// log after its writes, up to a bound far above the usual; once the hold is dropped, the next
+/// write is followed by the settle. (Housekeeping runs after a write is answered: the empty write after
+/// each step waits for it.)
+#[actix_rt::test]
+async fn housekeeping_waits_while_a_maintenance_hold_is_alive() {
+    use crate::journal::sqlite::recent::SETTLE_EVERY;
+    let dir = tempfile::tempdir().unwrap();
+    let (persistence, path) = start(&dir);
+    let session = crate::id::SessionId::new("held").expect("an id");
+    // The writer's first housekeeping settles whatever an earlier process left, hold or not.
+    persistence.write(|_| Ok(())).await.expect("a write");
+    let hold = persistence.defer_maintenance();
+    let appended = persistence
+        .write(move |w| {
+            for _ in 0..SETTLE_EVERY {
+                let data = serde_json::json!({});
+                sqlite::publish(w.conn(), &session, "custom.kind", &data, 1)?;
+            }
+            Ok(())
+        })
+        .await;
+    appended.expect("the events are appended");
+    persistence.write(|_| Ok(())).await.expect("a write");
+    assert_eq!(recent_entries(&path), SETTLE_EVERY, "settled under a hold");
+    drop(hold);
+    persistence.write(|_| Ok(())).await.expect("a write");
+    persistence.write(|_| Ok(())).await.expect("a write");
+    assert_eq!(
+        recent_entries(&path),
+        0,
+        "not settled once the hold is gone"
+    );
+}

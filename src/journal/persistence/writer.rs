@@ -17,7 +17,7 @@
 //! transaction may be committed in one statement (`WriterConnection::commit_turn`).
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,7 @@ use tokio::sync::broadcast;
 use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
-use crate::journal::backend::{Store, WriterConnection};
+use crate::journal::backend::{Maintenance, Store, WriterConnection};
 use crate::journal::turn_write::TurnWriteKind;
 
 /// How long the writer must have had nothing to do before it checkpoints the write-ahead log.
@@ -52,6 +52,9 @@ pub(super) struct WriterActor {
     pub(super) counters: Arc<Counters>,
     /// The most requests per transaction (1 with group commit off).
     pub(super) max_batch: usize,
+    /// How many [`super::MaintenanceHold`]s are alive: while any is, housekeeping after a
+    /// write does only what can wait no longer.
+    pub(super) holds: Arc<AtomicUsize>,
 }
 
 impl WriterActor {
@@ -67,7 +70,7 @@ impl WriterActor {
                 Ok(msg) => return Some(msg),
                 Err(mpsc::RecvTimeoutError::Disconnected) => return None,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
-                    self.conn.maintain(true);
+                    self.conn.maintain(Maintenance::Idle);
                     let done = self.conn.checkpoint(true);
                     idle.checkpointed(done);
                 }
@@ -96,7 +99,7 @@ impl WriterActor {
             match first {
                 Msg::Job(job) if job.alone() => {
                     self.commit_alone(job);
-                    self.conn.maintain(false);
+                    self.maintain_after_write();
                     continue;
                 }
                 Msg::Job(job) => batch.push(job),
@@ -126,7 +129,7 @@ impl WriterActor {
             if !batch.is_empty() {
                 idle.wrote();
                 self.commit_batch(batch);
-                self.conn.maintain(false);
+                self.maintain_after_write();
             }
         }
         if let Some(job) = held {
@@ -146,12 +149,22 @@ impl WriterActor {
         }
         if let Some(tx) = stop {
             // After the last write: a clean stop leaves an empty log.
-            self.conn.maintain(true);
+            self.conn.maintain(Maintenance::Idle);
             if !self.conn.checkpoint(false) {
                 log::warn!("persistence: the write-ahead log could not be truncated at stop");
             }
             let _ = tx.send(());
         }
+    }
+
+    /// The engine's housekeeping after a write: deferred while a hold is alive.
+    fn maintain_after_write(&mut self) {
+        let when = if self.holds.load(Ordering::Acquire) > 0 {
+            Maintenance::Deferred
+        } else {
+            Maintenance::AfterWrite
+        };
+        self.conn.maintain(when);
     }
 
     fn commit_batch(&mut self, mut batch: Vec<Box<dyn Job>>) {

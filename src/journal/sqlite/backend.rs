@@ -9,7 +9,7 @@ use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::backend::{
-    Nudge, Ownership, ReadWork, Readers, Route, Store, WriterConnection,
+    Maintenance, Nudge, Ownership, ReadWork, Readers, Route, Store, WriterConnection,
 };
 use crate::journal::sqlite::recent::Settler;
 use crate::journal::sqlite::{self, Pool};
@@ -385,10 +385,10 @@ impl WriterConnection for SqliteWriter {
         }
     }
 
-    /// Settles the event log's recent entries into the history once enough came (or, `idle`,
+    /// Settles the event log's recent entries into the history once enough came (or, idle,
     /// any): see [`super::recent`].
-    fn maintain(&mut self, idle: bool) {
-        self.settler.maybe_settle(&self.conn, idle);
+    fn maintain(&mut self, when: Maintenance) {
+        self.settler.maybe_settle(&self.conn, when);
     }
 
     fn begin(&mut self) -> Result<(), StoreError> {
