@@ -424,6 +424,7 @@ fn read_on<T>(
     answer.ok_or_else(|| StoreError::Inconsistent("a read never ran".into()))
 }
 
+mod idle;
 mod turn;
 mod writer;
 

@@ -2,16 +2,16 @@
 //! transaction (a savepoint per request), replies after COMMIT and broadcasts what committed.
 //!
 //! After each batch is answered it lets the engine do its housekeeping
-//! (`WriterConnection::maintain`). Once it has written and then had nothing to do for
-//! [`IDLE_CHECKPOINT`] (at most every [`CHECKPOINT_EVERY`]), and when it stops, it has the
-//! engine checkpoint and truncate its log, so a clean stop leaves an empty `-wal` file.
+//! (`WriterConnection::maintain`). Once it has written and then had nothing to do for a second
+//! (at most every ten seconds: [`super::idle`]), and when it stops, it has the engine
+//! checkpoint and truncate its log, so a clean stop leaves an empty `-wal` file.
 //!
 //! Where savepoints cost more than they save (`WriterConnection::optimistic_batches`:
 //! PostgreSQL, a round trip each; SQLite, page copies), a batch first runs without them and
-//! commits as is when every request succeeded; when one fails, the batch is rolled back and runs again, a savepoint per request
-//! (the failed request alone after it, when its error may clear on retry). A request may
-//! therefore run twice; every request may already (a retry after a transient error), and
-//! nothing of a rolled-back run is stored or published. In that savepoint-free run, each run of
+//! commits as is when every request succeeded; when one fails, the batch is rolled back and
+//! runs again, a savepoint per request (the failed request alone after it, when its error may
+//! clear on retry). A request may therefore run twice; every request may already (a retry
+//! after a transient error), and nothing of a rolled-back run is stored or published. In that savepoint-free run, each run of
 //! turn writes (claims and terminals) is handed to the store ahead of its requests
 //! (`Store::prepare_turns`: one round trip for the run); a turn write alone in its
 //! transaction may be committed in one statement (`WriterConnection::commit_turn`).
@@ -19,22 +19,17 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::channel::oneshot;
 use tokio::sync::broadcast;
 
+use super::idle::IdleCheckpoint;
 use super::{Counters, Job, Msg, WriteCtx};
 use crate::error::StoreError;
 use crate::event::EventRecord;
 use crate::journal::backend::{Maintenance, Store, WriterConnection};
 use crate::journal::turn_write::TurnWriteKind;
-
-/// How long the writer must have had nothing to do before it checkpoints the write-ahead log.
-const IDLE_CHECKPOINT: Duration = Duration::from_secs(1);
-
-/// The least time between two idle checkpoints (not one after every burst).
-const CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
 /// How often a request that failed with a transient error (a deadlock with another node's
 /// transaction, a lock wait that timed out) runs again, alone, before its caller gets the error.
@@ -472,42 +467,4 @@ fn prepare_turns(store: &mut dyn Store, batch: &[Box<dyn Job>], start: usize) ->
         }
     }
     end
-}
-
-/// When the writer checkpoints its log while idle.
-#[derive(Debug, Default)]
-struct IdleCheckpoint {
-    /// When it last wrote, if the log holds writes not checkpointed since.
-    dirty: Option<Instant>,
-    /// When it last tried to checkpoint.
-    last: Option<Instant>,
-}
-
-impl IdleCheckpoint {
-    /// A write was taken from the mailbox.
-    fn wrote(&mut self) {
-        self.dirty = Some(Instant::now());
-    }
-
-    /// When to checkpoint if nothing arrives before: [`IDLE_CHECKPOINT`] after the last write,
-    /// and [`CHECKPOINT_EVERY`] after the last attempt. `None` when nothing was written.
-    fn due(&self) -> Option<Instant> {
-        let quiet = self.dirty? + IDLE_CHECKPOINT;
-        Some(match self.last {
-            Some(last) => quiet.max(last + CHECKPOINT_EVERY),
-            None => quiet,
-        })
-    }
-
-    /// A checkpoint was tried; `done` when it truncated the log.
-    fn checkpointed(&mut self, done: bool) {
-        let now = Instant::now();
-        self.last = Some(now);
-        if done {
-            self.dirty = None;
-        } else {
-            // A reader was in the way: try again after another quiet moment.
-            self.dirty = Some(now);
-        }
-    }
 }
