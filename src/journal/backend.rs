@@ -351,7 +351,6 @@ pub(crate) trait Store {
     }
 }
 
-/// The writer thread's connection: the transaction control the group commit needs.
 /// When the writer offers the engine its housekeeping ([`WriterConnection::maintain`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Maintenance {
@@ -365,6 +364,7 @@ pub(crate) enum Maintenance {
     Idle,
 }
 
+/// The writer thread's connection: the transaction control the group commit needs.
 pub(crate) trait WriterConnection: Send {
     /// Folds the write-ahead log into the database and truncates it (SQLite), when the writer
     /// has gone idle (`idle`: give up at once rather than wait for a reader) and when it stops.

@@ -244,9 +244,9 @@ async fn writes_after_stop_fail_with_closed() {
     assert!(matches!(result, Err(StoreError::Closed)));
 }
 
-/// Regression (found by the full-disk store-fault test): when SQLite rolls back the whole write transaction
-/// itself — as it may on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_BUSY` or `SQLITE_NOMEM` mid-write —
-/// the batch fails as a whole. Before the fix the requests after the failing one ran in
+/// Regression (found by the full-disk store-fault test): when SQLite rolls back the whole write
+/// transaction itself — as it may on `SQLITE_FULL`, `SQLITE_IOERR`, `SQLITE_BUSY` or
+/// `SQLITE_NOMEM` mid-write — the batch fails as a whole. Before the fix the requests after the failing one ran in
 /// autocommit mode: each `SAVEPOINT` opened a transaction of its own and its `RELEASE`
 /// committed it, so a request was durably stored while its caller was told it failed (and its
 /// events never reached live subscribers). Here the failing request simulates SQLite's automatic
@@ -390,8 +390,8 @@ fn recent_entries(path: &std::path::Path) -> i64 {
 
 /// While a maintenance hold is alive (the restart sweep), the writer does not settle the event
 /// log after its writes, up to a bound far above the usual; once the hold is dropped, the next
-/// write is followed by the settle. (Housekeeping runs after a write is answered: the empty write after
-/// each step waits for it.)
+/// write is followed by the settle. (Housekeeping runs after a write is answered: the empty
+/// write after each step waits for it.)
 #[actix_rt::test]
 async fn housekeeping_waits_while_a_maintenance_hold_is_alive() {
     use crate::journal::sqlite::recent::SETTLE_EVERY;

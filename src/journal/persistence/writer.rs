@@ -11,10 +11,11 @@
 //! commits as is when every request succeeded; when one fails, the batch is rolled back and
 //! runs again, a savepoint per request (the failed request alone after it, when its error may
 //! clear on retry). A request may therefore run twice; every request may already (a retry
-//! after a transient error), and nothing of a rolled-back run is stored or published. In that savepoint-free run, each run of
-//! turn writes (claims and terminals) is handed to the store ahead of its requests
-//! (`Store::prepare_turns`: one round trip for the run); a turn write alone in its
-//! transaction may be committed in one statement (`WriterConnection::commit_turn`).
+//! after a transient error), and nothing of a rolled-back run is stored or published. In that
+//! savepoint-free run, each run of turn writes (claims and terminals) is handed to the store
+//! ahead of its requests (`Store::prepare_turns`: one round trip for the run); a turn write
+//! alone in its transaction may be committed in one statement
+//! (`WriterConnection::commit_turn`).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
