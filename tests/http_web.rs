@@ -235,6 +235,8 @@ async fn event_stream_tickets_open_one_stream_for_a_short_time() {
     for path in [
         format!("/sessions/t2/events?ticket={ticket}"),
         format!("/sessions/t1/messages?ticket={ticket}"),
+        // A path that ends in `/events` but is not a stream (a message whose id is `events`).
+        format!("/sessions/t1/messages/events?ticket={ticket}"),
         format!("/events?ticket={ticket}"),
         "/sessions/t1/events?ticket=123.abc".to_owned(),
     ] {

@@ -136,34 +136,41 @@ fn bearer(req: &ServiceRequest, token: &str) -> bool {
         .is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.as_bytes())))
 }
 
+/// The stream a `GET` (or `HEAD`) of an event stream route reads, as tickets name it: the
+/// session id (decoded as the routes decode it) or [`ticket::ALL_SESSIONS`]. `None` for any
+/// other request: matched by route pattern, so a path that merely ends in `/events` (a message
+/// whose id is `events`) is not a stream.
+fn stream_scope(req: &ServiceRequest) -> Option<String> {
+    if !matches!(*req.method(), Method::GET | Method::HEAD) {
+        return None;
+    }
+    match req.match_pattern()?.as_str() {
+        "/sessions/{id}/events" => req.match_info().load::<IdSegment>().ok().map(|s| s.id),
+        "/events" => Some(ticket::ALL_SESSIONS.to_owned()),
+        _ => None,
+    }
+}
+
+/// The request's `?ticket=`, if it has one.
+fn ticket_param(req: &ServiceRequest) -> Option<String> {
+    web::Query::<TicketParam>::from_query(req.query_string())
+        .ok()?
+        .into_inner()
+        .ticket
+}
+
 /// Whether the request is an event stream's `GET` (or `HEAD`) with a valid `?ticket=` for it.
 fn ticketed(req: &ServiceRequest) -> bool {
-    if !matches!(*req.method(), Method::GET | Method::HEAD) {
-        return false;
-    }
-    // The id decoded as the routes decode it (the ticket was issued for that).
-    let id = req.match_info().load::<IdSegment>().ok().map(|s| s.id);
-    let scope = match id {
-        Some(id) if req.path().ends_with("/events") => id,
-        None if req.path() == "/events" => ticket::ALL_SESSIONS.to_owned(),
-        _ => return false,
-    };
-    web::Query::<TicketParam>::from_query(req.query_string())
-        .ok()
-        .and_then(|q| q.into_inner().ticket)
-        .is_some_and(|t| ticket::valid(&t, &scope))
+    stream_scope(req)
+        .zip(ticket_param(req))
+        .is_some_and(|(scope, t)| ticket::valid(&t, &scope))
 }
 
 /// When a refused request carried `?ticket=`, why the ticket did not open it (a 401 that names
 /// the ticket rather than the header it did not send); `None` without a ticket.
 fn ticket_refusal(req: &ServiceRequest) -> Option<ApiError> {
-    web::Query::<TicketParam>::from_query(req.query_string())
-        .ok()?
-        .into_inner()
-        .ticket?;
-    let stream = matches!(*req.method(), Method::GET | Method::HEAD)
-        && (req.path() == "/events" || req.path().ends_with("/events"));
-    let message = if stream {
+    ticket_param(req)?;
+    let message = if stream_scope(req).is_some() {
         "the ticket does not open this stream: it has expired, was issued for another stream, \
          or is malformed (a new one: POST /sessions/{id}/events/ticket, or POST /events/ticket, \
          with the token)"
