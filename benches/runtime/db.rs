@@ -112,9 +112,10 @@ pub fn seed_sessions(path: &Path, n: usize, claim_every: usize) -> BenchResult<V
                 "INSERT INTO session_claim (session_id, time_suspended, claim_boot) \
                  VALUES (?1, ?2, 'previous')",
             )?;
+            let mut stream = tx.prepare("INSERT INTO event_stream (aggregate_id) VALUES (?1)")?;
             let mut event = tx.prepare(
-                "INSERT INTO event (aggregate_id, seq, type, data, time) \
-                 VALUES (?1, 0, 'session.created', ?2, ?3)",
+                "INSERT INTO event (aggregate_id, stream, seq, type, data, time) \
+                 VALUES (?1, last_insert_rowid(), 0, 'session.created', ?2, ?3)",
             )?;
             for i in 0..n {
                 let id = SessionId::generate();
@@ -136,6 +137,7 @@ pub fn seed_sessions(path: &Path, n: usize, claim_every: usize) -> BenchResult<V
                 if claim_every > 0 && i % claim_every == 0 {
                     claim.execute(params![id.as_str(), time])?;
                 }
+                stream.execute([id.as_str()])?;
                 event.execute(params![
                     id.as_str(),
                     serde_json::to_string(&json!({ "info": info }))?,
@@ -200,8 +202,9 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         {
             let mut event = tx.prepare(
-                "INSERT INTO event (aggregate_id, seq, type, data, time) \
-                 VALUES (?1, ?2, 'session.synthetic', ?3, ?4)",
+                "INSERT INTO event (aggregate_id, stream, seq, type, data, time) \
+                 VALUES (?1, (SELECT k FROM event_stream WHERE aggregate_id = ?1), ?2, \
+                         'session.synthetic', ?3, ?4)",
             )?;
             for seq in 1..n {
                 event.execute(params![
@@ -218,19 +221,22 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
     Ok(id)
 }
 
-/// The next seq of session `?1`, as the runtime reads it (schema version 7): one past the
-/// newest seq of its log in either index (the recent entries and the settled history), never
-/// below its floor (`event_floor`, written by a compaction that kept no event).
-pub const NEXT_SEQ: &str = "SELECT MAX(MAX( \
-     COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_recent \
-               WHERE aggregate_id = ?1 AND recent = 1), -1), \
-     COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_log \
-               WHERE aggregate_id = ?1 AND recent = 0), -1)) + 1, \
+/// The next seq of session `?1`, as the runtime reads it (schema version 9): one past the
+/// newest seq of its log (numbered in `event_stream`) in either index (the recent entries and
+/// the settled history), never below its floor (`event_floor`, written by a compaction that
+/// kept no event).
+pub const NEXT_SEQ: &str = "SELECT MAX(COALESCE( \
+     (SELECT MAX(seq) FROM event INDEXED BY event_recent \
+      WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1), \
+     (SELECT MAX(seq) FROM event INDEXED BY event_log \
+      WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0), \
+     -1) + 1, \
      COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
 
-/// An event appended as the runtime appends it: to the recent entries.
-pub const INSERT_EVENT: &str = "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
-     VALUES (?1, ?2, ?3, ?4, ?5, 1)";
+/// An event appended as the runtime appends it: to the recent entries, under its log's number
+/// (the session's log must have one: every seeded session's has).
+pub const INSERT_EVENT: &str = "INSERT INTO event (aggregate_id, stream, seq, type, data, time, \
+     recent) VALUES (?1, (SELECT k FROM event_stream WHERE aggregate_id = ?1), ?2, ?3, ?4, ?5, 1)";
 
 /// A direct rusqlite connection doing the baselines' writes on sessions' claim rows.
 pub struct Raw {

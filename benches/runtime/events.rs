@@ -97,10 +97,12 @@ fn raw_select(path: &Path, id: &SessionId, n: u64) -> BenchResult<f64> {
     let started = Instant::now();
     let mut stmt = conn.prepare(
         "SELECT aggregate_id, seq, type, data, time FROM event INDEXED BY event_log \
-         WHERE aggregate_id = ?1 AND recent = 0 AND seq > ?2 \
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0 \
+           AND seq > ?2 \
          UNION ALL \
          SELECT aggregate_id, seq, type, data, time FROM event INDEXED BY event_recent \
-         WHERE aggregate_id = ?1 AND recent = 1 AND seq > ?2 ORDER BY 2",
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1 \
+           AND seq > ?2 ORDER BY 2",
     )?;
     let mut rows = stmt.query(rusqlite::params![id.as_str(), -1_i64])?;
     let mut count = 0_u64;

@@ -212,14 +212,15 @@ mod tests {
     fn constraint_violations_become_conflicts() -> Result<(), StoreError> {
         let db = test_support::test_db()?;
         db.conn.execute(
-            "INSERT INTO event(aggregate_id, seq, type, data, time) VALUES ('a', 0, 'x', '{}', 0)",
+            "INSERT INTO event(aggregate_id, stream, seq, type, data, time) \
+             VALUES ('a', 1, 0, 'x', '{}', 0)",
             [],
         )?;
         let err = db
             .conn
             .execute(
-                "INSERT INTO event(aggregate_id, seq, type, data, time) \
-                 VALUES ('a', 0, 'y', '{}', 1)",
+                "INSERT INTO event(aggregate_id, stream, seq, type, data, time) \
+                 VALUES ('a', 1, 0, 'y', '{}', 1)",
                 [],
             )
             .map_err(|e| conflict_on_constraint(e, || "duplicate".into()));

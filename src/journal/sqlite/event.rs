@@ -1,7 +1,7 @@
 //! The per-session event log: publishing (sequence + insert + projection) and replay reads.
 
 use rusqlite::types::Type;
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::projection::Rows;
@@ -12,19 +12,46 @@ use crate::id::SessionId;
 use crate::journal::projection;
 
 /// The query behind [`next_seq`] (and, one less, [`latest_seq`]): one past the newest seq of
-/// the session's log in either index (the recent one's right edge, where the new entry goes;
-/// see [`super::recent`]), and never below the session's `event_floor` (written by a
-/// compaction that kept none of the log's events).
+/// the log numbered `?2` in either index (the recent one's right edge, where the new entry
+/// goes; see [`super::recent`]), and never below the `event_floor` of session `?1` (written by
+/// a compaction that kept none of the log's events).
 pub(crate) const NEXT_SEQ_SQL: &str = concat!(
     "SELECT MAX(",
-    newest_seq!("?1"),
+    newest_seq!(stream "?2"),
     " + 1, COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))"
 );
 
-/// The seq the next event of `session` gets (0 for the first).
-fn next_seq(conn: &Connection, session: &SessionId) -> Result<u64, StoreError> {
+/// The number of `session`'s log (`event_stream.k`), `None` before its first event.
+fn stream_of(conn: &Connection, session: &SessionId) -> Result<Option<i64>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT k FROM event_stream WHERE aggregate_id = ?1")?;
+    Ok(stmt
+        .query_row([session.as_str()], |row| row.get(0))
+        .optional()?)
+}
+
+/// The number of `session`'s log, given it on its first event.
+fn stream_key(conn: &Connection, session: &SessionId) -> Result<i64, StoreError> {
+    if let Some(k) = stream_of(conn, session)? {
+        return Ok(k);
+    }
+    conn.prepare_cached("INSERT INTO event_stream (aggregate_id) VALUES (?1)")?
+        .execute([session.as_str()])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// The seq the next event of `session`, whose log is numbered `stream` (`None`: it has none
+/// yet), gets (0 for the first).
+fn next_seq(
+    conn: &Connection,
+    session: &SessionId,
+    stream: Option<i64>,
+) -> Result<u64, StoreError> {
     let mut stmt = conn.prepare_cached(NEXT_SEQ_SQL)?;
-    Ok(stmt.query_row([session.as_str()], |row| get_seq(row, 0))?)
+    Ok(
+        stmt.query_row(rusqlite::params![session.as_str(), stream], |row| {
+            get_seq(row, 0)
+        })?,
+    )
 }
 
 /// Appends an event to `session`'s log with the next seq (0 for the first event), without its
@@ -39,13 +66,15 @@ fn insert(
     time: i64,
 ) -> Result<EventRecord, StoreError> {
     let text = json_text(&data)?;
-    let seq = next_seq(conn, session)?;
+    let stream = stream_key(conn, session)?;
+    let seq = next_seq(conn, session, Some(stream))?;
     let mut insert = conn.prepare_cached(
-        "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 1)",
+        "INSERT INTO event (aggregate_id, stream, seq, type, data, time, recent) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)",
     )?;
     insert.execute(rusqlite::params![
         session.as_str(),
+        stream,
         seq_param(seq),
         kind,
         text,
@@ -122,11 +151,11 @@ fn read_events<P: rusqlite::Params>(
 /// it), each part in its index's order, merged, so the limit stops the read early.
 pub(crate) const EVENTS_AFTER_SQL: &str = "\
     SELECT seq, type, data, time FROM event INDEXED BY event_log \
-    WHERE aggregate_id = ?1 AND recent = 0 \
+    WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0 \
       AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
     UNION ALL \
     SELECT seq, type, data, time FROM event INDEXED BY event_recent \
-    WHERE aggregate_id = ?1 AND recent = 1 \
+    WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1 \
       AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
     ORDER BY 1 LIMIT ?3";
 
@@ -150,17 +179,17 @@ pub(crate) fn events_after(
 
 /// Every stored event row of `session`, in seq order, below the start of a compacted log too
 /// (the kept interrupt fence), without reading the session row: what `testing::events`
-/// inspects, on a database of any schema version (before version 7, through its one index).
+/// inspects, on a database of any schema version (before version 9, by the session id).
 pub(crate) fn stored_events(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Vec<EventRecord>, StoreError> {
     let mut stmt = match conn.prepare_cached(
         "SELECT seq, type, data, time FROM event INDEXED BY event_log \
-         WHERE aggregate_id = ?1 AND recent = 0 \
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0 \
          UNION ALL \
          SELECT seq, type, data, time FROM event INDEXED BY event_recent \
-         WHERE aggregate_id = ?1 AND recent = 1 \
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1 \
          ORDER BY 1",
     ) {
         Ok(stmt) => stmt,
@@ -177,7 +206,8 @@ pub(crate) fn latest_seq(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Option<u64>, StoreError> {
-    Ok(next_seq(conn, session)?.checked_sub(1))
+    let stream = stream_of(conn, session)?;
+    Ok(next_seq(conn, session, stream)?.checked_sub(1))
 }
 
 /// The query behind [`latest_interrupt_seq`]. The type is a literal, not a parameter, so that

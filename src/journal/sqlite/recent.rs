@@ -1,4 +1,6 @@
 //! The event log's two indexes (schema version 7): recent entries and the settled history.
+//! Both are keyed by `(stream, seq)` (version 9): `stream` is the log's number, given in
+//! `event_stream` on its first event, so an entry is a dozen bytes, not a session id.
 //!
 //! An event is appended with `recent = 1`, indexed by `event_recent`: an index of a few
 //! thousand entries, so a group commit touching many sessions dirties a few dozen of its
@@ -17,21 +19,35 @@ use rusqlite::Connection;
 use super::StoreError;
 use crate::journal::backend::Maintenance;
 
-/// The newest seq of the session whose id is the SQL expression `$id` in either index, or -1
-/// when its log holds no event: a probe of `event_recent`'s right edge, and of `event_log`'s
-/// only when the session has no recent entry (its recent seqs are above its settled ones, so
-/// the first answers when there is one; `COALESCE` stops at its first non-NULL argument).
+/// The newest seq of a session's log in either index, or -1 when it holds no event: a probe
+/// of `event_recent`'s right edge, and of `event_log`'s only when the session has no recent
+/// entry (its recent seqs are above its settled ones, so the first answers when there is one;
+/// `COALESCE` stops at its first non-NULL argument). `newest_seq!(stream "?2")` names the log
+/// by its number (`event_stream.k`) in the SQL expression given; `newest_seq!("s.id")`, by the
+/// session's id, looked up in `event_stream` (a session with no log matches nothing).
 macro_rules! newest_seq {
+    (stream $k:literal) => {
+        concat!(
+            "COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_recent \
+                       WHERE stream = ",
+            $k,
+            " AND recent = 1), \
+                      (SELECT MAX(seq) FROM event INDEXED BY event_log \
+                       WHERE stream = ",
+            $k,
+            " AND recent = 0), -1)"
+        )
+    };
     ($id:literal) => {
         concat!(
             "COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_recent \
-                       WHERE aggregate_id = ",
+                       WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
             $id,
-            " AND recent = 1), \
+            ") AND recent = 1), \
                       (SELECT MAX(seq) FROM event INDEXED BY event_log \
-                       WHERE aggregate_id = ",
+                       WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
             $id,
-            " AND recent = 0), -1)"
+            ") AND recent = 0), -1)"
         )
     };
 }
@@ -43,13 +59,13 @@ macro_rules! time_of_latest {
     ($id:literal) => {
         concat!(
             "COALESCE((SELECT e.time FROM event e INDEXED BY event_recent \
-                       WHERE e.aggregate_id = ",
+                       WHERE e.stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
             $id,
-            " AND e.recent = 1 AND e.seq = latest), \
+            ") AND e.recent = 1 AND e.seq = latest), \
                       (SELECT e.time FROM event e INDEXED BY event_log \
-                       WHERE e.aggregate_id = ",
+                       WHERE e.stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
             $id,
-            " AND e.recent = 0 AND e.seq = latest))"
+            ") AND e.recent = 0 AND e.seq = latest))"
         )
     };
 }
@@ -264,7 +280,7 @@ mod tests {
             for index in ["event_log", "event_recent"] {
                 assert!(
                     reads.iter().any(|l| l.starts_with("SEARCH")
-                        && l.contains(&format!("INDEX {index} (aggregate_id=?"))),
+                        && l.contains(&format!("INDEX {index} (stream=?"))),
                     "{sql}: {index}: {lines:?}"
                 );
             }

@@ -36,14 +36,17 @@ pub(crate) fn session_tree(
     Ok(tree)
 }
 
-/// Deletes every row keyed by `session`: the inbox, the transcript, the event log, the claim,
-/// the seq floor and the session row.
+/// Deletes every row keyed by `session`: the inbox, the transcript, the event log and its
+/// number, the claim, the seq floor and the session row.
 pub(crate) fn delete_session(conn: &Connection, session: &SessionId) -> Result<(), StoreError> {
     for sql in [
         "DELETE FROM session_input WHERE session_id = ?1",
         "DELETE FROM session_message WHERE session_id = ?1",
-        "DELETE FROM event INDEXED BY event_log WHERE aggregate_id = ?1 AND recent = 0",
-        "DELETE FROM event INDEXED BY event_recent WHERE aggregate_id = ?1 AND recent = 1",
+        "DELETE FROM event INDEXED BY event_log \
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0",
+        "DELETE FROM event INDEXED BY event_recent \
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1",
+        "DELETE FROM event_stream WHERE aggregate_id = ?1",
         "DELETE FROM session_claim WHERE session_id = ?1",
         "DELETE FROM event_floor WHERE aggregate_id = ?1",
         "DELETE FROM session WHERE id = ?1",
@@ -141,9 +144,11 @@ pub(crate) fn compact(
     let mut deleted = 0;
     for sql in [
         "DELETE FROM event INDEXED BY event_log \
-         WHERE aggregate_id = ?1 AND recent = 0 AND seq < ?2 AND seq <> ?3",
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0 \
+           AND seq < ?2 AND seq <> ?3",
         "DELETE FROM event INDEXED BY event_recent \
-         WHERE aggregate_id = ?1 AND recent = 1 AND seq < ?2 AND seq <> ?3",
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1 \
+           AND seq < ?2 AND seq <> ?3",
     ] {
         deleted += conn.prepare_cached(sql)?.execute(rusqlite::params![
             session.as_str(),

@@ -53,8 +53,8 @@ fn reopening_keeps_data() -> Result<(), StoreError> {
     {
         let pool = pool::open(&cfg)?;
         pool.get()?.execute(
-            "INSERT INTO event(aggregate_id, seq, type, data, time) \
-             VALUES ('s', 7, 'x', '{}', 0)",
+            "INSERT INTO event(aggregate_id, stream, seq, type, data, time) \
+             VALUES ('s', 1, 7, 'x', '{}', 0)",
             [],
         )?;
     }
@@ -344,25 +344,41 @@ fn version_1_event_log_migrates_to_a_rowid_table() -> Result<(), StoreError> {
             ("b".into(), 1, "session.synthetic".into(), 40),
         ]
     );
+    // Version 9 numbers each log: `a`'s events all carry its number, and `(stream, seq)`
+    // stays unique in either index; an event without a number is refused.
+    let a: i64 = conn.query_row(
+        "SELECT k FROM event_stream WHERE aggregate_id = 'a'",
+        [],
+        |r| r.get(0),
+    )?;
+    let numbered: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM event WHERE aggregate_id = 'a' AND stream = ?1",
+        [a],
+        |r| r.get(0),
+    )?;
+    assert_eq!(numbered, 2);
     let duplicate = conn.execute(
-        "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES ('a', 1, 'x', '{}', 0)",
-        [],
+        "INSERT INTO event (aggregate_id, stream, seq, type, data, time) \
+         VALUES ('a', ?1, 1, 'x', '{}', 0)",
+        [a],
     );
-    assert!(duplicate.is_err(), "(aggregate_id, seq) must stay unique");
+    assert!(duplicate.is_err(), "(stream, seq) must stay unique");
     conn.execute(
-        "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
-         VALUES ('a', 2, 'x', '{}', 0, 1)",
-        [],
+        "INSERT INTO event (aggregate_id, stream, seq, type, data, time, recent) \
+         VALUES ('a', ?1, 2, 'x', '{}', 0, 1)",
+        [a],
     )?;
     let duplicate = conn.execute(
-        "INSERT INTO event (aggregate_id, seq, type, data, time, recent) \
-         VALUES ('a', 2, 'x', '{}', 0, 1)",
+        "INSERT INTO event (aggregate_id, stream, seq, type, data, time, recent) \
+         VALUES ('a', ?1, 2, 'x', '{}', 0, 1)",
+        [a],
+    );
+    assert!(duplicate.is_err(), "recent (stream, seq) must stay unique");
+    let unnumbered = conn.execute(
+        "INSERT INTO event (aggregate_id, seq, type, data, time) VALUES ('c', 0, 'x', '{}', 0)",
         [],
     );
-    assert!(
-        duplicate.is_err(),
-        "recent (aggregate_id, seq) must stay unique"
-    );
+    assert!(unnumbered.is_err(), "an event without a log number");
     Ok(())
 }
 
@@ -398,7 +414,8 @@ fn version_6_events_are_settled_by_the_migration_to_version_7() -> Result<(), St
     let conn = pool.get()?;
     assert_eq!(user_version(&conn)?, LATEST_VERSION);
     let settled: i64 = conn.query_row(
-        "SELECT COUNT(*) FROM event INDEXED BY event_log WHERE aggregate_id = 'a' AND recent = 0",
+        "SELECT COUNT(*) FROM event INDEXED BY event_log \
+         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = 'a') AND recent = 0",
         [],
         |row| row.get(0),
     )?;
