@@ -72,12 +72,16 @@ macro_rules! time_of_latest {
 pub(crate) use time_of_latest;
 
 /// How many events may be appended after a settle before the writer settles again. A settle
-/// costs about the same whether it moves 4,096 or 16,384 events (a leaf of the history per
-/// session it finds, about 40 ms for 1,000 sessions), and a commit touches more leaves of
-/// `event_recent` the more entries it holds (about 90 at 8,192): `growth`'s steady turns at
-/// 1,000 sessions ran at about 15,000/s settling every 4,096 events, 17,000 – 20,000 at 8,192,
-/// no better at 16,384, and 9,400 at 1,024 (2026-12-02).
-pub(crate) const SETTLE_EVERY: i64 = 8192;
+/// writes a leaf of the history per session it finds, whatever number of events that session
+/// got, so settling less often moves more events per leaf; in exchange a commit touches more
+/// leaves of `event_recent` the more entries it holds, and a settle pauses the writer longer.
+/// With the log's entries keyed by a dozen-byte number (schema v9), `growth`'s steady turns
+/// (2 rounds each, 2026-12-02) ran at 25,373 / 29,119 (1,000 sessions) and 18,057 / 15,508/s
+/// (1,000,000) settling every 8,192 events, 28,339 / 30,549 and 19,962 / 18,175 at 16,384, and
+/// 29,087 / 29,153 and 20,322 / 20,882 at 32,768. With the active sessions scattered among
+/// 1,000,000, a settle of 32,768 events takes about 0.3 s under `FULL` (9 µs an event; 8,192
+/// take 0.13 s, 16 µs an event): the pause a busy writer takes about once a second.
+pub(crate) const SETTLE_EVERY: i64 = 32_768;
 
 /// How many events may be appended after a settle while the writer defers its housekeeping
 /// ([`Maintenance::Deferred`]: the restart sweep) before it settles anyway. A sweep's orphans
@@ -86,7 +90,7 @@ pub(crate) const SETTLE_EVERY: i64 = 8192;
 /// drains about 10 % sooner with no settle before the end (`sweep`, 3 pairs, 2026-12-02). The
 /// bound keeps a sweep of very many orphans from growing `event_recent` past what a commit can
 /// share.
-pub(crate) const SETTLE_DEFERRED: i64 = 8 * SETTLE_EVERY;
+pub(crate) const SETTLE_DEFERRED: i64 = 2 * SETTLE_EVERY;
 
 /// Moves every recent event to the settled history (`event_log`), on the caller's
 /// transaction. Returns how many moved.
