@@ -15,37 +15,57 @@ use serde_json::json;
 use common::{create, rows, text, Harness, WAIT};
 
 /// Every table keyed by a session, with its key column: the four tables both backends have,
-/// then each backend's own (the seq counter of PostgreSQL, the claims of SQLite, which hold a
-/// row only while a session is claimed).
-fn session_tables(db: &Path) -> [(&'static str, &'static str); 5] {
-    let own = if db.to_str().is_some_and(|p| p.starts_with("postgres")) {
-        ("event_sequence", "aggregate_id")
-    } else {
-        ("session_claim", "session_id")
-    };
-    [
+/// then each backend's own (the seq counter of PostgreSQL; the claims of SQLite, which hold a
+/// row only while a session is claimed, its logs' numbers and its logs' seq floors).
+fn session_tables(db: &Path) -> Vec<(&'static str, &'static str)> {
+    let mut tables = vec![
         ("session", "id"),
         ("session_input", "session_id"),
         ("session_message", "session_id"),
         ("event", "aggregate_id"),
-        own,
-    ]
+    ];
+    if is_postgres(db) {
+        tables.push(("event_sequence", "aggregate_id"));
+    } else {
+        tables.extend([
+            ("session_claim", "session_id"),
+            ("event_stream", "aggregate_id"),
+            ("event_floor", "aggregate_id"),
+        ]);
+    }
+    tables
+}
+
+fn is_postgres(db: &Path) -> bool {
+    db.to_str().is_some_and(|p| p.starts_with("postgres"))
 }
 
 /// The rows `session` has in each of [`session_tables`].
-fn rows_of(db: &Path, session: &SessionId) -> [i64; 5] {
-    session_tables(db).map(|(table, key)| {
-        let sql = format!("SELECT COUNT(*) FROM {table} WHERE {key} = $1");
-        rows(db, &sql, &[session.as_str()])[0][0]
-            .as_i64()
-            .expect("a count")
-    })
+fn rows_of(db: &Path, session: &SessionId) -> Vec<i64> {
+    session_tables(db)
+        .into_iter()
+        .map(|(table, key)| {
+            let sql = format!("SELECT COUNT(*) FROM {table} WHERE {key} = $1");
+            rows(db, &sql, &[session.as_str()])[0][0]
+                .as_i64()
+                .expect("a count")
+        })
+        .collect()
 }
 
-/// The rows of an idle session in [`session_tables`]'s fifth table: the seq counter's, or no
-/// claim.
-fn idle_own_rows(db: &Path) -> i64 {
-    i64::from(db.to_str().is_some_and(|p| p.starts_with("postgres")))
+/// The rows of an idle session in the backend's own tables of [`session_tables`]: the seq
+/// counter's; or no claim, its log's number and no floor.
+fn idle_own_rows(db: &Path) -> Vec<i64> {
+    if is_postgres(db) {
+        vec![1]
+    } else {
+        vec![0, 1, 0]
+    }
+}
+
+/// No row in any of [`session_tables`].
+fn no_rows(db: &Path) -> Vec<i64> {
+    vec![0; session_tables(db).len()]
 }
 
 /// A drain that promotes the pending prompts and answers each with an assistant message.
@@ -104,7 +124,7 @@ async fn deleting_a_session_removes_every_row_and_ends_its_streams() {
         sessions.await_idle(session).await.expect("idle");
         let counts = rows_of(runtime.path(), session);
         assert!(counts[..4].iter().all(|&n| n > 0), "{session}: {counts:?}");
-        assert_eq!(counts[4], idle_own_rows(runtime.path()), "{session}");
+        assert_eq!(counts[4..], idle_own_rows(runtime.path()), "{session}");
     }
     let other_rows = rows_of(runtime.path(), &other);
 
@@ -121,7 +141,8 @@ async fn deleting_a_session_removes_every_row_and_ends_its_streams() {
     below.sort();
     assert_eq!(below, [&child, &grandchild], "{deleted:?}");
     for session in [&parent, &child, &grandchild] {
-        assert_eq!(rows_of(runtime.path(), session), [0; 5], "{session}");
+        let counts = rows_of(runtime.path(), session);
+        assert!(counts.iter().all(|&n| n == 0), "{session}: {counts:?}");
     }
     assert_eq!(
         rows_of(runtime.path(), &other),
@@ -161,7 +182,7 @@ async fn deleting_a_session_removes_every_row_and_ends_its_streams() {
     ));
     assert_eq!(
         rows_of(runtime.path(), &parent),
-        [0; 5],
+        no_rows(runtime.path()),
         "nothing resurrected"
     );
 
@@ -172,7 +193,7 @@ async fn deleting_a_session_removes_every_row_and_ends_its_streams() {
     assert_eq!((first.seq, first.kind.as_str()), (0, kind::CREATED));
     assert_eq!(
         rows_of(runtime.path(), &parent),
-        [1, 0, 0, 1, idle_own_rows(runtime.path())]
+        [vec![1, 0, 0, 1], idle_own_rows(runtime.path())].concat()
     );
     assert!(sessions
         .messages(durable_sessions::MessagesQuery::new(parent.clone()))
@@ -238,14 +259,14 @@ async fn a_running_turn_blocks_delete_unless_forced() {
         ],
         "interrupted first, then deleted"
     );
-    assert_eq!(rows_of(runtime.path(), &busy), [0; 5]);
+    assert_eq!(rows_of(runtime.path(), &busy), no_rows(runtime.path()));
     assert!(!sessions.active().contains(&busy));
 
     assert_eq!(
         sessions.delete(&parent, true).await.unwrap(),
         [parent, child.clone()]
     );
-    assert_eq!(rows_of(runtime.path(), &child), [0; 5]);
+    assert_eq!(rows_of(runtime.path(), &child), no_rows(runtime.path()));
     assert!(sessions.active().is_empty(), "{:?}", sessions.active());
 
     // A claim an earlier process left (the sweep would resume it) blocks too; force deletes it.
@@ -259,7 +280,7 @@ async fn a_running_turn_blocks_delete_unless_forced() {
         sessions.delete(&orphan, true).await.unwrap(),
         std::slice::from_ref(&orphan)
     );
-    assert_eq!(rows_of(runtime.path(), &orphan), [0; 5]);
+    assert_eq!(rows_of(runtime.path(), &orphan), no_rows(runtime.path()));
     assert!(runtime
         .resume_suspended_sessions()
         .await
@@ -291,7 +312,7 @@ async fn a_turn_of_a_deleted_session_writes_nothing() {
         runtime.execution().resume(&s).await,
         Err(Error::NotFound { .. }) | Err(Error::Fenced { .. })
     ));
-    assert_eq!(rows_of(runtime.path(), &s), [0; 5]);
+    assert_eq!(rows_of(runtime.path(), &s), no_rows(runtime.path()));
     assert_eq!(runner.drains_of(&s).len(), 1, "no turn after the deletion");
     runtime.stop().await;
 }
