@@ -5,7 +5,7 @@ use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
 use super::projection::Rows;
-use super::recent::newest_seq;
+use super::recent::{newest_seq, stream_of};
 use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
@@ -149,15 +149,18 @@ fn read_events<P: rusqlite::Params>(
 
 /// The query behind [`events_after`]: the settled history, then the recent entries (all above
 /// it), each part in its index's order, merged, so the limit stops the read early.
-pub(crate) const EVENTS_AFTER_SQL: &str = "\
-    SELECT seq, type, data, time FROM event INDEXED BY event_log \
-    WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0 \
+pub(crate) const EVENTS_AFTER_SQL: &str = concat!(
+    "SELECT seq, type, data, time FROM event INDEXED BY event_log WHERE stream = ",
+    stream_of!("?1"),
+    " AND recent = 0 \
       AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
     UNION ALL \
-    SELECT seq, type, data, time FROM event INDEXED BY event_recent \
-    WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1 \
+    SELECT seq, type, data, time FROM event INDEXED BY event_recent WHERE stream = ",
+    stream_of!("?1"),
+    " AND recent = 1 \
       AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
-    ORDER BY 1 LIMIT ?3";
+    ORDER BY 1 LIMIT ?3"
+);
 
 /// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
 /// in seq order — never below the start of its log (`session.log_start`): after a compaction,
@@ -184,14 +187,15 @@ pub(crate) fn stored_events(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Vec<EventRecord>, StoreError> {
-    let mut stmt = match conn.prepare_cached(
-        "SELECT seq, type, data, time FROM event INDEXED BY event_log \
-         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0 \
+    let mut stmt = match conn.prepare_cached(concat!(
+        "SELECT seq, type, data, time FROM event INDEXED BY event_log WHERE stream = ",
+        stream_of!("?1"),
+        " AND recent = 0 \
          UNION ALL \
-         SELECT seq, type, data, time FROM event INDEXED BY event_recent \
-         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1 \
-         ORDER BY 1",
-    ) {
+         SELECT seq, type, data, time FROM event INDEXED BY event_recent WHERE stream = ",
+        stream_of!("?1"),
+        " AND recent = 1 ORDER BY 1"
+    )) {
         Ok(stmt) => stmt,
         Err(_) => conn.prepare_cached(
             "SELECT seq, type, data, time FROM event WHERE aggregate_id = ?1 ORDER BY seq",

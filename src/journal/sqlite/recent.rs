@@ -19,14 +19,27 @@ use rusqlite::Connection;
 use super::StoreError;
 use crate::journal::backend::Maintenance;
 
+/// The number of the log (`event_stream.k`) of the session whose id is the SQL expression
+/// `$id`, as a scalar subquery: NULL, which matches no entry, when it has none.
+macro_rules! stream_of {
+    ($id:literal) => {
+        concat!(
+            "(SELECT k FROM event_stream WHERE aggregate_id = ",
+            $id,
+            ")"
+        )
+    };
+}
+pub(crate) use stream_of;
+
 /// The newest seq of a session's log in either index, or -1 when it holds no event: a probe
 /// of `event_recent`'s right edge, and of `event_log`'s only when the session has no recent
 /// entry (its recent seqs are above its settled ones, so the first answers when there is one;
 /// `COALESCE` stops at its first non-NULL argument). `newest_seq!(stream "?2")` names the log
-/// by its number (`event_stream.k`) in the SQL expression given; `newest_seq!("s.id")`, by the
-/// session's id, looked up in `event_stream` (a session with no log matches nothing).
+/// by its number in the SQL expression given; `newest_seq!("s.id")`, by the session's id
+/// ([`stream_of`]).
 macro_rules! newest_seq {
-    (stream $k:literal) => {
+    (stream $k:expr) => {
         concat!(
             "COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_recent \
                        WHERE stream = ",
@@ -39,16 +52,7 @@ macro_rules! newest_seq {
         )
     };
     ($id:literal) => {
-        concat!(
-            "COALESCE((SELECT MAX(seq) FROM event INDEXED BY event_recent \
-                       WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
-            $id,
-            ") AND recent = 1), \
-                      (SELECT MAX(seq) FROM event INDEXED BY event_log \
-                       WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
-            $id,
-            ") AND recent = 0), -1)"
-        )
+        newest_seq!(stream stream_of!($id))
     };
 }
 pub(crate) use newest_seq;
@@ -59,13 +63,13 @@ macro_rules! time_of_latest {
     ($id:literal) => {
         concat!(
             "COALESCE((SELECT e.time FROM event e INDEXED BY event_recent \
-                       WHERE e.stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
-            $id,
-            ") AND e.recent = 1 AND e.seq = latest), \
+                       WHERE e.stream = ",
+            stream_of!($id),
+            " AND e.recent = 1 AND e.seq = latest), \
                       (SELECT e.time FROM event e INDEXED BY event_log \
-                       WHERE e.stream = (SELECT k FROM event_stream WHERE aggregate_id = ",
-            $id,
-            ") AND e.recent = 0 AND e.seq = latest))"
+                       WHERE e.stream = ",
+            stream_of!($id),
+            " AND e.recent = 0 AND e.seq = latest))"
         )
     };
 }

@@ -4,7 +4,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::recent::{newest_seq, time_of_latest};
+use super::recent::{newest_seq, stream_of, time_of_latest};
 use super::{get_seq, latest_interrupt_seq, seq_param, session_id, StoreError};
 use crate::id::SessionId;
 
@@ -42,10 +42,16 @@ pub(crate) fn delete_session(conn: &Connection, session: &SessionId) -> Result<(
     for sql in [
         "DELETE FROM session_input WHERE session_id = ?1",
         "DELETE FROM session_message WHERE session_id = ?1",
-        "DELETE FROM event INDEXED BY event_log \
-         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0",
-        "DELETE FROM event INDEXED BY event_recent \
-         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1",
+        concat!(
+            "DELETE FROM event INDEXED BY event_log WHERE stream = ",
+            stream_of!("?1"),
+            " AND recent = 0"
+        ),
+        concat!(
+            "DELETE FROM event INDEXED BY event_recent WHERE stream = ",
+            stream_of!("?1"),
+            " AND recent = 1"
+        ),
         "DELETE FROM event_stream WHERE aggregate_id = ?1",
         "DELETE FROM session_claim WHERE session_id = ?1",
         "DELETE FROM event_floor WHERE aggregate_id = ?1",
@@ -143,12 +149,16 @@ pub(crate) fn compact(
     let fence = latest_interrupt_seq(conn, session)?;
     let mut deleted = 0;
     for sql in [
-        "DELETE FROM event INDEXED BY event_log \
-         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0 \
-           AND seq < ?2 AND seq <> ?3",
-        "DELETE FROM event INDEXED BY event_recent \
-         WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1 \
-           AND seq < ?2 AND seq <> ?3",
+        concat!(
+            "DELETE FROM event INDEXED BY event_log WHERE stream = ",
+            stream_of!("?1"),
+            " AND recent = 0 AND seq < ?2 AND seq <> ?3"
+        ),
+        concat!(
+            "DELETE FROM event INDEXED BY event_recent WHERE stream = ",
+            stream_of!("?1"),
+            " AND recent = 1 AND seq < ?2 AND seq <> ?3"
+        ),
     ] {
         deleted += conn.prepare_cached(sql)?.execute(rusqlite::params![
             session.as_str(),
