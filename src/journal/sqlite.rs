@@ -5,6 +5,8 @@
 //! or a whole group commit is atomic. Writes go through [`publish`], which appends an event to the
 //! session's log and runs its projection ([`project`]) in the same transaction. Statements are
 //! cached per connection (`prepare_cached`) and every value is a bound parameter.
+//! The writer connection also remembers each log's number (`streams`), inside its own
+//! transactions only.
 //!
 //! This module does not depend on actix.
 
@@ -24,6 +26,7 @@ mod recovery;
 mod retention;
 pub(crate) mod schema;
 mod session;
+mod streams;
 
 pub(crate) use claim::{
     claim, claim_counts, claim_state, count_adoption, count_resume, list_claimed, release,

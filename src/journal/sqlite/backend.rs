@@ -12,6 +12,7 @@ use crate::journal::backend::{
     Maintenance, Nudge, Ownership, ReadWork, Readers, Route, Store, WriterConnection,
 };
 use crate::journal::sqlite::recent::Settler;
+use crate::journal::sqlite::streams;
 use crate::journal::sqlite::{self, Pool};
 use crate::records::{
     Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
@@ -28,8 +29,10 @@ impl Store for Connection {
     }
 
     /// Fenced only when the session is not stored (deleted under the turn).
+    /// A session whose log number the writer remembers exists (the number is deleted with
+    /// the session, and forgotten then: see `sqlite::streams`); any other is probed.
     fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError> {
-        if sqlite::session_exists(self, session)? {
+        if streams::lookup(session).is_some() || sqlite::session_exists(self, session)? {
             Ok(())
         } else {
             Err(StoreError::Fenced {
@@ -324,6 +327,8 @@ pub(crate) struct SqliteWriter {
     pool: Pool,
     /// When the event log was last settled (see [`super::recent`]).
     settler: Settler,
+    /// Names this writer's memory of log numbers (see [`super::streams`]).
+    writer: u64,
 }
 
 impl SqliteWriter {
@@ -337,6 +342,7 @@ impl SqliteWriter {
             conn,
             pool,
             settler: Settler::default(),
+            writer: streams::next_writer(),
         }
     }
 
@@ -386,15 +392,20 @@ impl WriterConnection for SqliteWriter {
     }
 
     /// Settles the event log's recent entries into the history once enough came (or, idle,
-    /// any): see [`super::recent`].
+    /// any): see [`super::recent`]. Idle, it also forgets the log numbers it remembered
+    /// ([`super::streams`]).
     fn maintain(&mut self, when: Maintenance) {
         self.settler.maybe_settle(&self.conn, when);
+        if matches!(when, Maintenance::Idle) {
+            streams::release(self.writer);
+        }
     }
 
     fn begin(&mut self) -> Result<(), StoreError> {
         // IMMEDIATE: take the write lock now, so a busy database fails the BEGIN, not a write
         // halfway through the batch.
         self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        streams::begin(self.writer);
         Ok(())
     }
 
@@ -407,15 +418,23 @@ impl WriterConnection for SqliteWriter {
     }
 
     fn rollback_to(&mut self) -> Result<(), StoreError> {
+        streams::rollback_to();
         self.run(ROLLBACK_TO)
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        self.conn.execute_batch("COMMIT")?;
+        match self.conn.execute_batch("COMMIT") {
+            Ok(()) => streams::commit(),
+            Err(e) => {
+                streams::rollback();
+                return Err(e.into());
+            }
+        }
         Ok(())
     }
 
     fn rollback(&mut self) {
+        streams::rollback();
         if !self.conn.is_autocommit() {
             if let Err(e) = self.conn.execute_batch("ROLLBACK") {
                 log::error!("persistence: rollback failed: {e}");
@@ -443,10 +462,17 @@ impl WriterConnection for SqliteWriter {
     /// here rather than on a blocking thread: a thread started for it would bring its own stack
     /// and malloc arena.
     fn release_memory(&mut self) {
+        streams::release(self.writer);
         if let Err(e) = self.conn.execute_batch("PRAGMA shrink_memory") {
             log::warn!("persistence: cannot shrink the writer's memory: {e}");
         }
         SqliteReaders(self.pool.clone()).release_memory();
+    }
+}
+
+impl Drop for SqliteWriter {
+    fn drop(&mut self) {
+        streams::release(self.writer);
     }
 }
 

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::projection::Rows;
 use super::recent::{newest_seq, stream_of};
+use super::streams;
 use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
@@ -29,14 +30,21 @@ fn stream_of(conn: &Connection, session: &SessionId) -> Result<Option<i64>, Stor
         .optional()?)
 }
 
-/// The number of `session`'s log, given it on its first event.
+/// The number of `session`'s log, given it on its first event. The writer remembers it ([`super::streams`]).
 fn stream_key(conn: &Connection, session: &SessionId) -> Result<i64, StoreError> {
-    if let Some(k) = stream_of(conn, session)? {
+    if let Some(k) = streams::lookup(session) {
         return Ok(k);
     }
-    conn.prepare_cached("INSERT INTO event_stream (aggregate_id) VALUES (?1)")?
-        .execute([session.as_str()])?;
-    Ok(conn.last_insert_rowid())
+    let k = match stream_of(conn, session)? {
+        Some(k) => k,
+        None => {
+            conn.prepare_cached("INSERT INTO event_stream (aggregate_id) VALUES (?1)")?
+                .execute([session.as_str()])?;
+            conn.last_insert_rowid()
+        }
+    };
+    streams::learn(session, k);
+    Ok(k)
 }
 
 /// The seq the next event of `session`, whose log is numbered `stream` (`None`: it has none

@@ -37,8 +37,9 @@ pub(crate) fn session_tree(
 }
 
 /// Deletes every row keyed by `session`: the inbox, the transcript, the event log and its
-/// number, the claim, the seq floor and the session row.
+/// number (which the writer forgets at once), the claim, the seq floor and the session row.
 pub(crate) fn delete_session(conn: &Connection, session: &SessionId) -> Result<(), StoreError> {
+    super::streams::forget(session);
     for sql in [
         "DELETE FROM session_input WHERE session_id = ?1",
         "DELETE FROM session_message WHERE session_id = ?1",

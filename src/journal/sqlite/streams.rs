@@ -1,0 +1,275 @@
+//! The writer's memory of log numbers: which `event_stream.k` a session's log has, so that an
+//! event's append does not look the number up by session id each time.
+//!
+//! At 1,000,000 sessions that lookup descends a B-tree of a million text keys, and so does
+//! `check_fence`'s probe of the session row; the two were about a quarter of what the writer
+//! spends more per turn there than at 1,000 sessions (`growth`, BENCHMARKS.md). A session
+//! with a log number is a stored session: its number is given with its first event, in the
+//! transaction that creates it, and deleted with its row.
+//!
+//! The memory belongs to one writer connection and is kept on the writer's thread (the
+//! `Store` implementation is the `rusqlite::Connection` itself, which carries no state of
+//! ours). It answers only inside that writer's transaction ([`begin`] to [`commit`] or
+//! [`rollback`]), so nothing else on the thread (a test's own connection, another writer)
+//! ever sees it. What a transaction learns stays *pending* until its COMMIT succeeds: a
+//! rollback, or a rollback to a savepoint, forgets it (a number given inside it may not exist
+//! any more). A deletion forgets the session at once. Forgetting is always safe: the next
+//! append asks the table.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::id::SessionId;
+
+/// At most this many numbers are remembered; past it, the memory starts again from what the
+/// next transactions learn (about 6 MiB at this size).
+const CAPACITY: usize = 1 << 16;
+
+/// One writer's memory.
+#[derive(Debug, Default)]
+struct Memory {
+    /// The writer it belongs to ([`next_writer`]).
+    writer: u64,
+    /// Inside that writer's transaction.
+    open: bool,
+    /// Numbers committed.
+    known: HashMap<SessionId, i64>,
+    /// Numbers learned by the transaction in progress.
+    pending: HashMap<SessionId, i64>,
+}
+
+thread_local! {
+    static MEMORY: RefCell<Option<Memory>> = const { RefCell::new(None) };
+}
+
+/// A number for a new writer connection, which names its memory.
+pub(crate) fn next_writer() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// `f` on this thread's memory, if there is one (and the thread is not being torn down).
+fn with<T>(f: impl FnOnce(&mut Memory) -> T) -> Option<T> {
+    MEMORY
+        .try_with(|m| m.borrow_mut().as_mut().map(f))
+        .ok()
+        .flatten()
+}
+
+/// `writer`'s transaction has begun on this thread: from now until it ends, the memory
+/// answers. A memory another writer left on the thread is dropped.
+pub(crate) fn begin(writer: u64) {
+    MEMORY.with(|m| {
+        let mut m = m.borrow_mut();
+        let memory = m.get_or_insert_with(Memory::default);
+        if memory.writer != writer {
+            *memory = Memory {
+                writer,
+                ..Memory::default()
+            };
+        }
+        memory.pending.clear();
+        memory.open = true;
+    });
+}
+
+/// The transaction committed: what it learned is known.
+pub(crate) fn commit() {
+    with(|m| {
+        if m.open {
+            if m.known.len() + m.pending.len() > CAPACITY {
+                m.known.clear();
+            }
+            m.known.extend(m.pending.drain());
+        }
+        m.open = false;
+    });
+}
+
+/// The transaction rolled back (or its COMMIT failed): what it learned is forgotten.
+pub(crate) fn rollback() {
+    with(|m| {
+        m.pending.clear();
+        m.open = false;
+    });
+}
+
+/// A savepoint of the transaction rolled back: what the transaction learned is forgotten (some
+/// of it may have been the savepoint's).
+pub(crate) fn rollback_to() {
+    with(|m| m.pending.clear());
+}
+
+/// `session`'s log number, if this writer's transaction is open and knows it.
+pub(crate) fn lookup(session: &SessionId) -> Option<i64> {
+    with(|m| {
+        if m.open {
+            m.known
+                .get(session)
+                .or_else(|| m.pending.get(session))
+                .copied()
+        } else {
+            None
+        }
+    })
+    .flatten()
+}
+
+/// `session`'s log is numbered `k` (read or given in the open transaction).
+pub(crate) fn learn(session: &SessionId, k: i64) {
+    with(|m| {
+        if m.open {
+            m.pending.insert(session.clone(), k);
+        }
+    });
+}
+
+/// `session` is being deleted: its number is forgotten now, whatever its transaction does.
+pub(crate) fn forget(session: &SessionId) {
+    with(|m| {
+        m.known.remove(session);
+        m.pending.remove(session);
+    });
+}
+
+/// Drops `writer`'s memory (the writer is gone, or gives its memory back); another writer's
+/// is left alone.
+pub(crate) fn release(writer: u64) {
+    // (`try_with`: a writer may be dropped while its thread is torn down.)
+    let _ = MEMORY.try_with(|m| {
+        let mut m = m.borrow_mut();
+        if m.as_ref().is_some_and(|memory| memory.writer == writer) {
+            *m = None;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    use super::*;
+    use crate::error::StoreError;
+    use crate::journal::backend::WriterConnection;
+    use crate::journal::sqlite::backend::SqliteWriter;
+    use crate::journal::sqlite::test_support::{create, sid, test_db, TestDb};
+    use crate::journal::sqlite::{self, events_after};
+
+    fn writer(db: &TestDb) -> Result<SqliteWriter, StoreError> {
+        Ok(SqliteWriter::new(
+            sqlite::open_connection(&db.cfg)?,
+            sqlite::open(&db.cfg)?,
+        ))
+    }
+
+    fn conn(w: &mut SqliteWriter) -> &Connection {
+        w.store().as_sqlite().expect("the SQLite store")
+    }
+
+    fn log_len(conn: &Connection, s: &str) -> usize {
+        events_after(conn, &sid(s), None, 100).expect("read").len()
+    }
+
+    /// A number given inside a transaction that rolled back (or to a savepoint that did) is
+    /// not used again: another session may have it by then, and the log would be theirs.
+    #[test]
+    fn a_number_given_in_a_rolled_back_transaction_is_not_used_again() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let mut w = writer(&db)?;
+        w.begin()?;
+        create(conn(&mut w), "a", None, 1)?;
+        w.rollback();
+        // Another connection creates `b`: it gets the number `a` had.
+        create(&db.conn, "b", None, 2)?;
+        w.begin()?;
+        create(conn(&mut w), "a", None, 3)?;
+        w.savepoint()?;
+        create(conn(&mut w), "c", None, 4)?;
+        w.rollback_to()?;
+        w.release()?;
+        // `d` gets the number `c` had inside the savepoint.
+        create(conn(&mut w), "d", None, 5)?;
+        create(conn(&mut w), "c", None, 6)?;
+        w.commit()?;
+        for s in ["a", "b", "c", "d"] {
+            assert_eq!(
+                log_len(&db.conn, s),
+                1,
+                "the log of {s}: its created event alone"
+            );
+        }
+        Ok(())
+    }
+
+    /// A deleted session is fenced although the writer knew its number, and created again it
+    /// gets a new log.
+    #[test]
+    fn a_deleted_session_is_fenced_though_the_writer_knew_its_number() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let mut w = writer(&db)?;
+        let a = sid("a");
+        w.begin()?;
+        create(conn(&mut w), "a", None, 1)?;
+        w.commit()?;
+        w.begin()?;
+        w.store().check_fence(&a, 0)?;
+        w.store().delete_session(&a)?;
+        w.commit()?;
+        w.begin()?;
+        let fenced = w.store().check_fence(&a, 0);
+        assert!(
+            matches!(fenced, Err(StoreError::Fenced { .. })),
+            "{fenced:?}"
+        );
+        create(conn(&mut w), "a", None, 2)?;
+        w.commit()?;
+        let log = events_after(&db.conn, &a, None, 100)?;
+        assert_eq!(log.iter().map(|e| e.seq).collect::<Vec<_>>(), [0]);
+        Ok(())
+    }
+
+    #[test]
+    fn only_an_open_transaction_of_its_writer_sees_the_memory() {
+        let (w, other) = (next_writer(), next_writer());
+        let s = sid("s");
+        begin(w);
+        learn(&s, 7);
+        assert_eq!(lookup(&s), Some(7), "pending, in the transaction");
+        commit();
+        assert_eq!(lookup(&s), None, "outside a transaction");
+        begin(w);
+        assert_eq!(lookup(&s), Some(7), "known after the commit");
+        rollback();
+        begin(other);
+        assert_eq!(lookup(&s), None, "another writer starts afresh");
+        rollback();
+        release(other);
+    }
+
+    #[test]
+    fn a_rollback_forgets_what_the_transaction_learned_and_a_deletion_forgets_at_once() {
+        let w = next_writer();
+        let (a, b) = (sid("a"), sid("b"));
+        begin(w);
+        learn(&a, 1);
+        commit();
+        begin(w);
+        learn(&b, 2);
+        rollback_to();
+        assert_eq!(lookup(&b), None, "a savepoint's rollback");
+        learn(&b, 2);
+        rollback();
+        begin(w);
+        assert_eq!(lookup(&b), None, "the transaction's rollback");
+        assert_eq!(lookup(&a), Some(1));
+        forget(&a);
+        assert_eq!(lookup(&a), None);
+        rollback();
+        release(w);
+        begin(w);
+        assert_eq!(lookup(&a), None, "released");
+        rollback();
+        release(w);
+    }
+}
