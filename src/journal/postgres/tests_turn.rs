@@ -99,17 +99,24 @@ async fn a_failing_request_fails_alone_in_a_batch() -> Result<(), StoreError> {
         a.load_session(id.clone()).await?;
     }
     let before = a.stats();
-    // Holds the writer, in a transaction of its own, while the claims queue up behind it, so
-    // they commit as one batch (a plain write would share its batch with whichever claims were
-    // queued the instant the writer took it).
-    let hold = a.inner.persistence.write_alone(|_| {
-        std::thread::sleep(Duration::from_millis(200));
+    // Holds the writer while the claims queue up behind it, so they commit as one batch: the
+    // hold is queued alone and the claims only once the writer is inside it (a claim is queued
+    // when called), and it lets go once all of them are queued. No timing is assumed.
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let hold = a.inner.persistence.write_now(move |_| {
+        let _ = started_tx.send(());
+        let _ = release_rx.recv_timeout(Duration::from_secs(30));
         Ok(())
     });
+    started_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the writer took the hold");
     let claims = join_all(ids.iter().enumerate().map(|(i, id)| {
         let epoch = if i == 7 { 2 } else { 1 };
         a.claim_turn(id.clone(), "boot".into(), epoch)
     }));
+    release_tx.send(()).expect("the hold is waiting");
     let (held, results) = futures::join!(hold, claims);
     held?;
     for (i, result) in results.into_iter().enumerate() {
