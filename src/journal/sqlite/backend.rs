@@ -423,14 +423,13 @@ impl WriterConnection for SqliteWriter {
     }
 
     fn commit(&mut self) -> Result<(), StoreError> {
-        match self.conn.execute_batch("COMMIT") {
-            Ok(()) => streams::commit(),
-            Err(e) => {
-                streams::rollback();
-                return Err(e.into());
-            }
+        let committed = self.conn.execute_batch("COMMIT");
+        if committed.is_ok() {
+            streams::commit();
+        } else {
+            streams::rollback();
         }
-        Ok(())
+        Ok(committed?)
     }
 
     fn rollback(&mut self) {

@@ -1,12 +1,12 @@
 //! The per-session event log: publishing (sequence + insert + projection) and replay reads.
 
 use rusqlite::types::Type;
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 use serde_json::Value;
 
 use super::projection::Rows;
 use super::recent::{newest_seq, stream_of};
-use super::streams;
+use super::streams::stream_key;
 use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
@@ -21,31 +21,6 @@ pub(crate) const NEXT_SEQ_SQL: &str = concat!(
     newest_seq!(stream "?2"),
     " + 1, COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))"
 );
-
-/// The number of `session`'s log (`event_stream.k`), `None` before its first event.
-fn stream_of(conn: &Connection, session: &SessionId) -> Result<Option<i64>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT k FROM event_stream WHERE aggregate_id = ?1")?;
-    Ok(stmt
-        .query_row([session.as_str()], |row| row.get(0))
-        .optional()?)
-}
-
-/// The number of `session`'s log, given it on its first event. The writer remembers it ([`super::streams`]).
-fn stream_key(conn: &Connection, session: &SessionId) -> Result<i64, StoreError> {
-    if let Some(k) = streams::lookup(session) {
-        return Ok(k);
-    }
-    let k = match stream_of(conn, session)? {
-        Some(k) => k,
-        None => {
-            conn.prepare_cached("INSERT INTO event_stream (aggregate_id) VALUES (?1)")?
-                .execute([session.as_str()])?;
-            conn.last_insert_rowid()
-        }
-    };
-    streams::learn(session, k);
-    Ok(k)
-}
 
 /// The seq the next event of `session`, whose log is numbered `stream` (`None`: it has none
 /// yet), gets (0 for the first).
@@ -218,7 +193,7 @@ pub(crate) fn latest_seq(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Option<u64>, StoreError> {
-    let stream = stream_of(conn, session)?;
+    let stream = super::streams::stream_of(conn, session)?;
     Ok(next_seq(conn, session, stream)?.checked_sub(1))
 }
 
