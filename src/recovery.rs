@@ -34,23 +34,29 @@ pub struct SweepReport {
 /// Orphans noticed and claimed per transaction of the sweep.
 const SWEEP_CHUNK: usize = 1024;
 
-/// Runs the sweep: (1) releases the child claims no live turn holds (children are never resumed on
-/// their own); (2) snapshots what this process already runs; (3) lists the sessions earlier boots
-/// left claimed and those owed a turn, minus that snapshot; (4a) counts every claimed attempt
-/// durably, in one transaction, before any notice or drain; (4b) settles the orphans in chunks,
-/// each one transaction (see the journal's `sweep`): resume, abort over budget, or record the user
-/// interrupt that came before the crash; (4c) as each chunk commits, its resumes start
-/// (registration only, never waiting for drains) while the writer commits the next chunk. Returns
-/// once every resumed turn is registered (in `active()`).
+/// Runs the sweep: (1) snapshots what this process already runs; (2) releases the child claims
+/// no live turn holds (children are never resumed on their own) while (3) a reader lists the
+/// sessions earlier boots left claimed and those owed a turn, minus that snapshot; (4a) counts
+/// every claimed attempt durably, in one transaction, before any notice or drain; (4b) settles
+/// the orphans in chunks, each one transaction (see the journal's `sweep`): resume, abort over
+/// budget, or record the user interrupt that came before the crash; (4c) as each chunk commits,
+/// its resumes start (registration only, never waiting for drains) while the writer commits the
+/// next chunk. Returns once every resumed turn is registered (in `active()`).
 pub(crate) async fn resume_suspended_sessions(
     registry: &Registry,
     env: &Arc<Environment>,
     max_resume_attempts: u32,
 ) -> Result<SweepReport> {
     let (journal, boot) = (&env.journal, &env.claimant());
-    let children_released = journal.release_child_claims(boot.clone()).await?;
     let active = registry.active();
-    let plan = journal.recovery_plan(boot.clone()).await?;
+    // Independent: the release touches child claims only, the plan lists top-level sessions.
+    // The writer releases while a reader lists.
+    let (children_released, plan) = futures::future::join(
+        journal.release_child_claims(boot.clone()),
+        journal.recovery_plan(boot.clone()),
+    )
+    .await;
+    let (children_released, plan) = (children_released?, plan?);
     let claimed: Vec<SessionId> = plan
         .claimed
         .into_iter()
