@@ -48,8 +48,8 @@ pub(crate) use message::{
 #[allow(unused_imports)]
 pub(crate) use pool::{open, open_connection, Pool, StoreConfig};
 pub(crate) use recovery::{
-    adoptable, claim_seq, clear_wakes, mark_interrupted, mark_wake, owes_turn, served_inputs,
-    settle,
+    adoptable, claim_seq, claimed_turn, clear_wakes, mark_interrupted, mark_wake, owes_turn,
+    served_inputs, settle,
 };
 pub(crate) use retention::{compact, compactable, delete_session, log_start, session_tree};
 #[allow(unused_imports)]

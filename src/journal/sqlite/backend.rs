@@ -9,7 +9,7 @@ use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::backend::{
-    Maintenance, Nudge, Ownership, ReadWork, Readers, Route, Store, WriterConnection,
+    ClaimedTurn, Maintenance, Nudge, Ownership, ReadWork, Readers, Route, Store, WriterConnection,
 };
 use crate::journal::sqlite::recent::Settler;
 use crate::journal::sqlite::streams;
@@ -226,6 +226,14 @@ impl Store for Connection {
 
     fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
         sqlite::claim_seq(self, session)
+    }
+
+    fn claimed_turn(
+        &mut self,
+        id: &SessionId,
+        boot: &str,
+    ) -> Result<Option<ClaimedTurn>, StoreError> {
+        sqlite::claimed_turn(self, id, boot)
     }
 
     fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError> {

@@ -14,6 +14,18 @@ use super::{seq_param, session_id, StoreError};
 use crate::id::SessionId;
 use crate::records::ClaimState;
 
+/// What a claim does to a session's claim row that is already there: the first claim time and
+/// seq of a turn stay (a resume is another attempt of the same turn); the boot is replaced.
+macro_rules! claim_conflict {
+    () => {
+        " ON CONFLICT (session_id) DO UPDATE SET \
+           time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
+           claim_seq = CASE WHEN time_suspended IS NULL THEN excluded.claim_seq \
+                            ELSE COALESCE(claim_seq, excluded.claim_seq) END, \
+           claim_boot = excluded.claim_boot"
+    };
+}
+
 /// Claims `id` for a turn started by process boot `boot` with the event at `seq`. The first
 /// claim's time, seq (`claim_seq`) and the attempt count survive a second claim (a resumed
 /// attempt of the same turn); `claim_boot` is always updated. Returns whether the session
@@ -25,15 +37,23 @@ pub(crate) fn claim(
     seq: u64,
     boot: &str,
 ) -> Result<bool, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
-         SELECT id, ?2, ?4, ?3 FROM session WHERE id = ?1 \
-         ON CONFLICT (session_id) DO UPDATE SET \
-           time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
-           claim_seq = CASE WHEN time_suspended IS NULL THEN excluded.claim_seq \
-                            ELSE COALESCE(claim_seq, excluded.claim_seq) END, \
-           claim_boot = excluded.claim_boot",
-    )?;
+    // A session the writer knows the log number of is stored (see `streams`): its claim needs
+    // no probe of the session table, which at 1,000,000 sessions is a descent of a million
+    // text keys.
+    let sql = if super::streams::lookup(id).is_some() {
+        concat!(
+            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+             VALUES (?1, ?2, ?4, ?3)",
+            claim_conflict!()
+        )
+    } else {
+        concat!(
+            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+             SELECT id, ?2, ?4, ?3 FROM session WHERE id = ?1",
+            claim_conflict!()
+        )
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
     Ok(stmt.execute(rusqlite::params![id.as_str(), now, boot, seq_param(seq)])? > 0)
 }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::projection::Rows;
 use super::recent::{newest_seq, stream_of};
-use super::streams::stream_key;
+use super::streams::{self, stream_key};
 use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
@@ -39,8 +39,9 @@ fn next_seq(
 
 /// Appends an event to `session`'s log with the next seq (0 for the first event), without its
 /// projection. Events of one session appended in the same transaction (several requests of a
-/// batch, or several events of one request) each read the one before them, so they get
-/// consecutive seqs; the unique index of recent entries refuses a duplicate.
+/// batch, or several events of one request) get consecutive seqs: the first reads the newest
+/// in the indexes, the next ones follow the writer's memory of what the transaction appended
+/// (see [`streams`]); the unique index of recent entries refuses a duplicate.
 fn insert(
     conn: &Connection,
     session: &SessionId,
@@ -50,7 +51,10 @@ fn insert(
 ) -> Result<EventRecord, StoreError> {
     let text = json_text(&data)?;
     let stream = stream_key(conn, session)?;
-    let seq = next_seq(conn, session, Some(stream))?;
+    let seq = match streams::next_appended(stream) {
+        Some(seq) => seq,
+        None => next_seq(conn, session, Some(stream))?,
+    };
     let mut insert = conn.prepare_cached(
         "INSERT INTO event (aggregate_id, stream, seq, type, data, time, recent) \
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)",
@@ -63,6 +67,7 @@ fn insert(
         text,
         time
     ])?;
+    streams::appended(stream, seq);
     Ok(EventRecord {
         session_id: session.clone(),
         seq,
@@ -199,7 +204,7 @@ pub(crate) fn latest_seq(
 
 /// The query behind [`latest_interrupt_seq`]. The type is a literal, not a parameter, so that
 /// SQLite can use the partial index `event_interrupt`.
-const LATEST_INTERRUPT_SQL: &str = "SELECT MAX(seq) FROM event \
+pub(super) const LATEST_INTERRUPT_SQL: &str = "SELECT MAX(seq) FROM event \
      WHERE aggregate_id = ?1 AND type = 'session.interrupt.requested'";
 
 /// The seq of `session`'s latest `session.interrupt.requested` event, if any.

@@ -13,6 +13,7 @@ use rusqlite::{Connection, OptionalExtension};
 
 use super::{get_opt_seq, input, seq_param, session_id, StoreError};
 use crate::id::{MessageId, SessionId};
+use crate::journal::backend::ClaimedTurn;
 use crate::records::Admission;
 
 /// Marks the pending input `id` as owed a turn. A no-op for a promoted input.
@@ -32,6 +33,29 @@ pub(crate) fn clear_wakes(conn: &Connection, session: &SessionId) -> Result<(), 
     )?;
     stmt.execute([session.as_str()])?;
     Ok(())
+}
+
+/// What the restart sweep reads of `session`'s turn claimed by `boot`, in one statement: the
+/// seq that took the claim and the latest interrupt request. `None` when it holds no claim of
+/// `boot` (a deleted session has no claim row).
+pub(crate) fn claimed_turn(
+    conn: &Connection,
+    session: &SessionId,
+    boot: &str,
+) -> Result<Option<ClaimedTurn>, StoreError> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT claim_seq, ({}) FROM session_claim \
+         WHERE session_id = ?1 AND time_suspended IS NOT NULL AND claim_boot = ?2",
+        super::event::LATEST_INTERRUPT_SQL
+    ))?;
+    Ok(stmt
+        .query_row(rusqlite::params![session.as_str(), boot], |row| {
+            Ok(ClaimedTurn {
+                claim: get_opt_seq(row, 0)?,
+                fence: get_opt_seq(row, 1)?,
+            })
+        })
+        .optional()?)
 }
 
 /// The seq of the `session.execution.started` event that took `session`'s claim, if claimed.

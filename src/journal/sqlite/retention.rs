@@ -148,6 +148,7 @@ pub(crate) fn compact(
         return Ok(None);
     }
     let fence = latest_interrupt_seq(conn, session)?;
+    super::streams::forget_appended();
     let mut deleted = 0;
     for sql in [
         concat!(

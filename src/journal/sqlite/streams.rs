@@ -16,6 +16,15 @@
 //! rollback, or a rollback to a savepoint, forgets it (a number given inside it may not exist
 //! any more). A deletion forgets the session at once. Forgetting is always safe: the next
 //! append asks the table.
+//!
+//! Within one transaction it also keeps the newest seq appended to each log, so the second
+//! event of a log in that transaction (the restart sweep's claim after its notice, a prompt's
+//! promotion after its turn's start) takes the next seq without probing the indexes. That part
+//! is cleared when the transaction ends, however it ends, and by a savepoint's rollback: the
+//! write lock is held only until then, and another connection may append after it.
+//!
+//! A claim relies on the memory too: a session whose log number the writer knows is stored,
+//! so its claim row is written without a probe of the session table (`claim::claim`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -41,6 +50,11 @@ struct Memory {
     known: HashMap<SessionId, i64>,
     /// Numbers learned by the transaction in progress.
     pending: HashMap<SessionId, i64>,
+    /// The newest seq the transaction in progress appended to each log (by number): the next
+    /// event of that log in the same transaction gets the one after it, with no probe of the
+    /// indexes. Only while the transaction holds the write lock: no other connection can
+    /// append in between.
+    appended: HashMap<i64, u64>,
 }
 
 thread_local! {
@@ -74,6 +88,7 @@ pub(crate) fn begin(writer: u64) {
             };
         }
         memory.pending.clear();
+        memory.appended.clear();
         memory.open = true;
     });
 }
@@ -87,6 +102,7 @@ pub(crate) fn commit() {
             }
             m.known.extend(m.pending.drain());
         }
+        m.appended.clear();
         m.open = false;
     });
 }
@@ -95,6 +111,7 @@ pub(crate) fn commit() {
 pub(crate) fn rollback() {
     with(|m| {
         m.pending.clear();
+        m.appended.clear();
         m.open = false;
     });
 }
@@ -102,7 +119,10 @@ pub(crate) fn rollback() {
 /// A savepoint of the transaction rolled back: what the transaction learned is forgotten (some
 /// of it may have been the savepoint's).
 pub(crate) fn rollback_to() {
-    with(|m| m.pending.clear());
+    with(|m| {
+        m.pending.clear();
+        m.appended.clear();
+    });
 }
 
 /// `session`'s log number, if this writer's transaction is open and knows it.
@@ -129,12 +149,42 @@ pub(crate) fn learn(session: &SessionId, k: i64) {
     });
 }
 
-/// `session` is being deleted: its number is forgotten now, whatever its transaction does.
+/// The seq the next event of log `stream` gets, if this writer's open transaction appended
+/// to that log: one past the newest it appended.
+pub(crate) fn next_appended(stream: i64) -> Option<u64> {
+    with(|m| {
+        if m.open {
+            m.appended.get(&stream).map(|seq| seq + 1)
+        } else {
+            None
+        }
+    })
+    .flatten()
+}
+
+/// The open transaction appended `seq` to log `stream`.
+pub(crate) fn appended(stream: i64, seq: u64) {
+    with(|m| {
+        if m.open {
+            m.appended.insert(stream, seq);
+        }
+    });
+}
+
+/// `session` is being deleted: its number is forgotten now, whatever its transaction does
+/// (and what the transaction appended: a number may be given again).
 pub(crate) fn forget(session: &SessionId) {
     with(|m| {
         m.known.remove(session);
         m.pending.remove(session);
+        m.appended.clear();
     });
+}
+
+/// The open transaction rewrote logs other than by appending (a compaction): what it appended
+/// is asked of the tables again.
+pub(crate) fn forget_appended() {
+    with(|m| m.appended.clear());
 }
 
 /// Drops `writer`'s memory (the writer is gone, or gives its memory back); another writer's
@@ -253,6 +303,90 @@ mod tests {
         w.commit()?;
         let log = events_after(&db.conn, &a, None, 100)?;
         assert_eq!(log.iter().map(|e| e.seq).collect::<Vec<_>>(), [0]);
+        Ok(())
+    }
+
+    #[test]
+    fn a_deleted_session_is_not_claimed_though_the_writer_knew_its_number() -> Result<(), StoreError>
+    {
+        let db = test_db()?;
+        let mut w = writer(&db)?;
+        let a = sid("a");
+        w.begin()?;
+        create(conn(&mut w), "a", None, 1)?;
+        assert!(super::super::claim::claim(conn(&mut w), &a, 5, 0, "b")?);
+        w.commit()?;
+        w.begin()?;
+        note(conn(&mut w), "a", "x")?;
+        w.store().delete_session(&a)?;
+        let claimed = super::super::claim::claim(conn(&mut w), &a, 6, 2, "b")?;
+        w.commit()?;
+        assert!(!claimed, "no session, no claim");
+        let rows: i64 = db
+            .conn
+            .query_row("SELECT COUNT(*) FROM session_claim", [], |row| row.get(0))?;
+        assert_eq!(rows, 0);
+        Ok(())
+    }
+
+    /// The seqs and types of `s`'s log.
+    fn log(conn: &Connection, s: &str) -> Vec<(u64, String)> {
+        events_after(conn, &sid(s), None, 100)
+            .expect("read")
+            .into_iter()
+            .map(|e| (e.seq, e.kind))
+            .collect()
+    }
+
+    fn note(conn: &Connection, s: &str, kind: &str) -> Result<u64, StoreError> {
+        Ok(sqlite::publish(conn, &sid(s), kind, &serde_json::json!({}), 9)?.seq)
+    }
+
+    #[test]
+    fn a_rolled_back_savepoint_gives_its_seqs_again() -> Result<(), StoreError> {
+        let db = test_db()?;
+        let mut w = writer(&db)?;
+        w.begin()?;
+        create(conn(&mut w), "a", None, 1)?;
+        assert_eq!(note(conn(&mut w), "a", "x")?, 1);
+        w.savepoint()?;
+        assert_eq!(note(conn(&mut w), "a", "gone")?, 2);
+        w.rollback_to()?;
+        w.release()?;
+        assert_eq!(
+            note(conn(&mut w), "a", "y")?,
+            2,
+            "the rolled-back seq, again"
+        );
+        assert_eq!(note(conn(&mut w), "a", "z")?, 3);
+        w.commit()?;
+        let expected = [(0, "session.created"), (1, "x"), (2, "y"), (3, "z")];
+        let expected: Vec<(u64, String)> = expected
+            .iter()
+            .map(|(q, k)| (*q, (*k).to_owned()))
+            .collect();
+        assert_eq!(log(&db.conn, "a"), expected);
+        Ok(())
+    }
+
+    #[test]
+    fn an_append_of_another_connection_between_two_transactions_is_seen() -> Result<(), StoreError>
+    {
+        let db = test_db()?;
+        let mut w = writer(&db)?;
+        w.begin()?;
+        create(conn(&mut w), "a", None, 1)?;
+        assert_eq!(note(conn(&mut w), "a", "x")?, 1);
+        w.commit()?;
+        assert_eq!(note(&db.conn, "a", "theirs")?, 2);
+        w.begin()?;
+        assert_eq!(
+            note(conn(&mut w), "a", "y")?,
+            3,
+            "after the other connection's"
+        );
+        w.commit()?;
+        assert_eq!(log(&db.conn, "a").len(), 4);
         Ok(())
     }
 
