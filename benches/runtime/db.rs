@@ -203,7 +203,7 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
         {
             let mut event = tx.prepare(
                 "INSERT INTO event (aggregate_id, stream, seq, type, data, time) \
-                 VALUES (?1, (SELECT k FROM event_stream WHERE aggregate_id = ?1), ?2, \
+                 VALUES (?1, (SELECT MAX(k) FROM event_stream WHERE aggregate_id = ?1), ?2, \
                          'session.synthetic', ?3, ?4)",
             )?;
             for seq in 1..n {
@@ -221,22 +221,22 @@ pub fn seed_events(path: &Path, n: u64) -> BenchResult<SessionId> {
     Ok(id)
 }
 
-/// The next seq of session `?1`, as the runtime reads it (schema version 9): one past the
-/// newest seq of its log (numbered in `event_stream`) in either index (the recent entries and
+/// The next seq of session `?1`, as the runtime reads it (schema version 10): one past the
+/// newest seq of its log's newest segment (numbered in `event_stream`) in either index (the recent entries and
 /// the settled history), never below its floor (`event_floor`, written by a compaction that
 /// kept no event).
 pub const NEXT_SEQ: &str = "SELECT MAX(COALESCE( \
      (SELECT MAX(seq) FROM event INDEXED BY event_recent \
-      WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 1), \
+      WHERE stream = (SELECT MAX(k) FROM event_stream WHERE aggregate_id = ?1) AND recent = 1), \
      (SELECT MAX(seq) FROM event INDEXED BY event_log \
-      WHERE stream = (SELECT k FROM event_stream WHERE aggregate_id = ?1) AND recent = 0), \
+      WHERE stream = (SELECT MAX(k) FROM event_stream WHERE aggregate_id = ?1) AND recent = 0), \
      -1) + 1, \
      COALESCE((SELECT seq FROM event_floor WHERE aggregate_id = ?1), 0))";
 
 /// An event appended as the runtime appends it: to the recent entries, under its log's number
 /// (the session's log must have one: every seeded session's has).
 pub const INSERT_EVENT: &str = "INSERT INTO event (aggregate_id, stream, seq, type, data, time, \
-     recent) VALUES (?1, (SELECT k FROM event_stream WHERE aggregate_id = ?1), ?2, ?3, ?4, ?5, 1)";
+     recent) VALUES (?1, (SELECT MAX(k) FROM event_stream WHERE aggregate_id = ?1), ?2, ?3, ?4, ?5, 1)";
 
 /// A direct rusqlite connection doing the baselines' writes on sessions' claim rows.
 pub struct Raw {

@@ -25,6 +25,7 @@ pub(crate) mod recent;
 mod recovery;
 mod retention;
 pub(crate) mod schema;
+mod segments;
 mod session;
 mod streams;
 

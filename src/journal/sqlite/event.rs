@@ -5,7 +5,8 @@ use rusqlite::Connection;
 use serde_json::Value;
 
 use super::projection::Rows;
-use super::recent::{newest_seq, stream_of};
+use super::recent::newest_seq;
+use super::segments::{newest, segments};
 use super::streams::{self, stream_key};
 use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
@@ -50,10 +51,13 @@ fn insert(
     time: i64,
 ) -> Result<EventRecord, StoreError> {
     let text = json_text(&data)?;
-    let stream = stream_key(conn, session)?;
-    let seq = match streams::next_appended(stream) {
-        Some(seq) => seq,
-        None => next_seq(conn, session, Some(stream))?,
+    let placed = stream_key(conn, session)?;
+    let stream = placed.k;
+    let seq = match (placed.continued_from, streams::next_appended(stream)) {
+        // A new segment holds no event yet: the log goes on from the one before.
+        (Some(from), _) => next_seq(conn, session, Some(from))?,
+        (None, Some(seq)) => seq,
+        (None, None) => next_seq(conn, session, Some(stream))?,
     };
     let mut insert = conn.prepare_cached(
         "INSERT INTO event (aggregate_id, stream, seq, type, data, time, recent) \
@@ -135,24 +139,23 @@ fn read_events<P: rusqlite::Params>(
     Ok(events)
 }
 
-/// The query behind [`events_after`]: the settled history, then the recent entries (all above
-/// it), each part in its index's order, merged, so the limit stops the read early.
-pub(crate) const EVENTS_AFTER_SQL: &str = concat!(
-    "SELECT seq, type, data, time FROM event INDEXED BY event_log WHERE stream = ",
-    stream_of!("?1"),
-    " AND recent = 0 \
+/// The query behind [`events_after`], on one segment of the log (numbered `?4`): the settled
+/// history, then the recent entries (all above it), each part in its index's order, merged,
+/// so the limit stops the read early.
+pub(crate) const EVENTS_AFTER_SQL: &str = "\
+    SELECT seq, type, data, time FROM event INDEXED BY event_log WHERE stream = ?4 \
+      AND recent = 0 \
       AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
     UNION ALL \
-    SELECT seq, type, data, time FROM event INDEXED BY event_recent WHERE stream = ",
-    stream_of!("?1"),
-    " AND recent = 1 \
+    SELECT seq, type, data, time FROM event INDEXED BY event_recent WHERE stream = ?4 \
+      AND recent = 1 \
       AND seq > MAX(?2, COALESCE((SELECT log_start FROM session WHERE id = ?1), 0) - 1) \
-    ORDER BY 1 LIMIT ?3"
-);
+    ORDER BY 1 LIMIT ?3";
 
 /// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
 /// in seq order — never below the start of its log (`session.log_start`): after a compaction,
 /// the one older row kept (the latest interrupt request, the durable fence) is not replayed.
+/// The segments are read in order (their seqs ascend with them) until `limit` is reached.
 pub(crate) fn events_after(
     conn: &Connection,
     session: &SessionId,
@@ -161,11 +164,19 @@ pub(crate) fn events_after(
 ) -> Result<Vec<EventRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(EVENTS_AFTER_SQL)?;
     let after = after.map_or(-1, seq_param);
-    read_events(
-        &mut stmt,
-        session,
-        rusqlite::params![session.as_str(), after, limit_param(Some(limit))],
-    )
+    let mut events = Vec::new();
+    for k in segments(conn, session)? {
+        let left = limit - events.len();
+        if left == 0 {
+            break;
+        }
+        events.extend(read_events(
+            &mut stmt,
+            session,
+            rusqlite::params![session.as_str(), after, limit_param(Some(left)), k],
+        )?);
+    }
+    Ok(events)
 }
 
 /// Every stored event row of `session`, in seq order, below the start of a compacted log too
@@ -175,21 +186,28 @@ pub(crate) fn stored_events(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Vec<EventRecord>, StoreError> {
-    let mut stmt = match conn.prepare_cached(concat!(
-        "SELECT seq, type, data, time FROM event INDEXED BY event_log WHERE stream = ",
-        stream_of!("?1"),
-        " AND recent = 0 \
+    let numbered = conn.prepare_cached(
+        "SELECT seq, type, data, time FROM event INDEXED BY event_log WHERE stream = ?2 \
+           AND recent = 0 \
          UNION ALL \
-         SELECT seq, type, data, time FROM event INDEXED BY event_recent WHERE stream = ",
-        stream_of!("?1"),
-        " AND recent = 1 ORDER BY 1"
-    )) {
-        Ok(stmt) => stmt,
-        Err(_) => conn.prepare_cached(
+         SELECT seq, type, data, time FROM event INDEXED BY event_recent WHERE stream = ?2 \
+           AND recent = 1 ORDER BY 1",
+    );
+    let (Ok(mut stmt), Ok(ks)) = (numbered, segments(conn, session)) else {
+        let mut stmt = conn.prepare_cached(
             "SELECT seq, type, data, time FROM event WHERE aggregate_id = ?1 ORDER BY seq",
-        )?,
+        )?;
+        return read_events(&mut stmt, session, [session.as_str()]);
     };
-    read_events(&mut stmt, session, [session.as_str()])
+    let mut events = Vec::new();
+    for k in ks {
+        events.extend(read_events(
+            &mut stmt,
+            session,
+            rusqlite::params![session.as_str(), k],
+        )?);
+    }
+    Ok(events)
 }
 
 /// The seq of `session`'s latest event, or `None` before its first (after a compaction that
@@ -198,7 +216,7 @@ pub(crate) fn latest_seq(
     conn: &Connection,
     session: &SessionId,
 ) -> Result<Option<u64>, StoreError> {
-    let stream = super::streams::stream_of(conn, session)?;
+    let stream = newest(conn, session)?;
     Ok(next_seq(conn, session, stream)?.checked_sub(1))
 }
 

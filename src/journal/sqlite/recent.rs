@@ -19,9 +19,24 @@ use rusqlite::Connection;
 use super::StoreError;
 use crate::journal::backend::Maintenance;
 
-/// The number of the log (`event_stream.k`) of the session whose id is the SQL expression
-/// `$id`, as a scalar subquery: NULL, which matches no entry, when it has none.
+/// The number of the newest segment of the log (`event_stream.k`; see
+/// [`super::segments`]) of the session whose id is the SQL expression `$id`, as a scalar
+/// subquery: NULL, which matches no entry, when it has none. The newest events of a log are
+/// in its newest segment.
 macro_rules! stream_of {
+    ($id:literal) => {
+        concat!(
+            "(SELECT MAX(k) FROM event_stream WHERE aggregate_id = ",
+            $id,
+            ")"
+        )
+    };
+}
+pub(crate) use stream_of;
+
+/// The numbers of every segment of the log of the session whose id is the SQL expression
+/// `$id`, as a list subquery (for `stream IN …`).
+macro_rules! segments_of {
     ($id:literal) => {
         concat!(
             "(SELECT k FROM event_stream WHERE aggregate_id = ",
@@ -30,7 +45,7 @@ macro_rules! stream_of {
         )
     };
 }
-pub(crate) use stream_of;
+pub(crate) use segments_of;
 
 /// The newest seq of a session's log in either index, or -1 when it holds no event: a probe
 /// of `event_recent`'s right edge, and of `event_log`'s only when the session has no recent

@@ -4,7 +4,7 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::recent::{newest_seq, stream_of, time_of_latest};
+use super::recent::{newest_seq, segments_of, stream_of, time_of_latest};
 use super::{get_seq, latest_interrupt_seq, seq_param, session_id, StoreError};
 use crate::id::SessionId;
 
@@ -44,13 +44,13 @@ pub(crate) fn delete_session(conn: &Connection, session: &SessionId) -> Result<(
         "DELETE FROM session_input WHERE session_id = ?1",
         "DELETE FROM session_message WHERE session_id = ?1",
         concat!(
-            "DELETE FROM event INDEXED BY event_log WHERE stream = ",
-            stream_of!("?1"),
+            "DELETE FROM event INDEXED BY event_log WHERE stream IN ",
+            segments_of!("?1"),
             " AND recent = 0"
         ),
         concat!(
-            "DELETE FROM event INDEXED BY event_recent WHERE stream = ",
-            stream_of!("?1"),
+            "DELETE FROM event INDEXED BY event_recent WHERE stream IN ",
+            segments_of!("?1"),
             " AND recent = 1"
         ),
         "DELETE FROM event_stream WHERE aggregate_id = ?1",
@@ -152,13 +152,13 @@ pub(crate) fn compact(
     let mut deleted = 0;
     for sql in [
         concat!(
-            "DELETE FROM event INDEXED BY event_log WHERE stream = ",
-            stream_of!("?1"),
+            "DELETE FROM event INDEXED BY event_log WHERE stream IN ",
+            segments_of!("?1"),
             " AND recent = 0 AND seq < ?2 AND seq <> ?3"
         ),
         concat!(
-            "DELETE FROM event INDEXED BY event_recent WHERE stream = ",
-            stream_of!("?1"),
+            "DELETE FROM event INDEXED BY event_recent WHERE stream IN ",
+            segments_of!("?1"),
             " AND recent = 1 AND seq < ?2 AND seq <> ?3"
         ),
     ] {

@@ -314,8 +314,27 @@ CREATE UNIQUE INDEX event_log ON event(stream, seq) WHERE recent = 0;
 CREATE UNIQUE INDEX event_recent ON event(stream, seq) WHERE recent = 1;
 ";
 
+/// Version 10: a log in segments (`journal::sqlite::segments`). A session may have several
+/// rows in `event_stream`, each a segment of its log, its events keyed by `(k, seq)` as
+/// before; a session back after a long absence appends to a new segment, numbered next to
+/// the sessions written now, instead of at the end of its old range among the logs of
+/// sessions idle for as long (at 1,000,000 sessions, each settle rewrote leaves of the
+/// history scattered over the whole file). The table is rebuilt without the unique
+/// constraint on `aggregate_id`, indexed by `(aggregate_id, k)`; numbers are kept.
+const V10: &str = r"
+CREATE TABLE event_stream_v10 (
+    k            INTEGER PRIMARY KEY,
+    aggregate_id TEXT NOT NULL
+);
+INSERT INTO event_stream_v10 (k, aggregate_id)
+    SELECT k, aggregate_id FROM event_stream ORDER BY k;
+DROP TABLE event_stream;
+ALTER TABLE event_stream_v10 RENAME TO event_stream;
+CREATE INDEX event_stream_session ON event_stream(aggregate_id, k);
+";
+
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5, V6, V7, V8, V9, V10];
 
 /// The newest schema version this crate knows.
 pub(crate) const LATEST_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -1,6 +1,7 @@
-//! Log numbers: which `event_stream.k` a session's log has ([`stream_of`]), given with its
-//! first event ([`stream_key`]), and the writer's memory of them, so that an event's append does
-//! not look the number up by session id each time.
+//! Log numbers: which `event_stream.k` a session's next event goes to ([`stream_key`]; a log
+//! is numbered on its first event, and continues in a new segment after a long absence: see
+//! [`super::segments`]), and the writer's memory of them, so that an event's append does not
+//! look the number up by session id each time.
 //!
 //! At 1,000,000 sessions that lookup descends a B-tree of a million text keys, and so does
 //! `check_fence`'s probe of the session row; the two were about a quarter of what the writer
@@ -30,8 +31,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 
+use super::segments::{self, Placed};
 use super::StoreError;
 use crate::id::SessionId;
 
@@ -199,30 +201,19 @@ pub(crate) fn release(writer: u64) {
     });
 }
 
-/// The number of `session`'s log (`event_stream.k`), `None` before its first event.
-pub(super) fn stream_of(conn: &Connection, session: &SessionId) -> Result<Option<i64>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT k FROM event_stream WHERE aggregate_id = ?1")?;
-    Ok(stmt
-        .query_row([session.as_str()], |row| row.get(0))
-        .optional()?)
-}
-
-/// The number of `session`'s log, given it on its first event: from the writer's memory when
-/// its transaction knows it, else from the table (and then remembered).
-pub(super) fn stream_key(conn: &Connection, session: &SessionId) -> Result<i64, StoreError> {
+/// Where `session`'s next event goes (see [`super::segments`]): the segment the writer's
+/// memory knows, when its transaction knows it, else the one the table says (the first, given
+/// with the first event; a new one, opened past a long absence), which is then remembered.
+pub(super) fn stream_key(conn: &Connection, session: &SessionId) -> Result<Placed, StoreError> {
     if let Some(k) = lookup(session) {
-        return Ok(k);
+        return Ok(Placed {
+            k,
+            continued_from: None,
+        });
     }
-    let k = match stream_of(conn, session)? {
-        Some(k) => k,
-        None => {
-            conn.prepare_cached("INSERT INTO event_stream (aggregate_id) VALUES (?1)")?
-                .execute([session.as_str()])?;
-            conn.last_insert_rowid()
-        }
-    };
-    learn(session, k);
-    Ok(k)
+    let placed = segments::place(conn, session)?;
+    learn(session, placed.k);
+    Ok(placed)
 }
 
 #[cfg(test)]
