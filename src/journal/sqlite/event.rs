@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::projection::Rows;
 use super::recent::newest_seq;
-use super::segments::{newest, segments};
+use super::segments::{newest, segments_from};
 use super::streams::{self, stream_key};
 use super::{get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, StoreError};
 use crate::event::{EventRecord, SessionEvent};
@@ -51,13 +51,11 @@ fn insert(
     time: i64,
 ) -> Result<EventRecord, StoreError> {
     let text = json_text(&data)?;
-    let placed = stream_key(conn, session)?;
+    let placed = stream_key(conn, session, |k| next_seq(conn, session, k))?;
     let stream = placed.k;
-    let seq = match (placed.continued_from, streams::next_appended(stream)) {
-        // A new segment holds no event yet: the log goes on from the one before.
-        (Some(from), _) => next_seq(conn, session, Some(from))?,
-        (None, Some(seq)) => seq,
-        (None, None) => next_seq(conn, session, Some(stream))?,
+    let seq = match placed.seq.or_else(|| streams::next_appended(stream)) {
+        Some(seq) => seq,
+        None => next_seq(conn, session, Some(stream))?,
     };
     let mut insert = conn.prepare_cached(
         "INSERT INTO event (aggregate_id, stream, seq, type, data, time, recent) \
@@ -155,7 +153,8 @@ pub(crate) const EVENTS_AFTER_SQL: &str = "\
 /// Up to `limit` events of `session` with seq strictly greater than `after` (all when `None`),
 /// in seq order — never below the start of its log (`session.log_start`): after a compaction,
 /// the one older row kept (the latest interrupt request, the durable fence) is not replayed.
-/// The segments are read in order (their seqs ascend with them) until `limit` is reached.
+/// The segments are read in order (their seqs ascend with them), from the one holding
+/// `after + 1`, until `limit` is reached.
 pub(crate) fn events_after(
     conn: &Connection,
     session: &SessionId,
@@ -164,8 +163,9 @@ pub(crate) fn events_after(
 ) -> Result<Vec<EventRecord>, StoreError> {
     let mut stmt = conn.prepare_cached(EVENTS_AFTER_SQL)?;
     let after = after.map_or(-1, seq_param);
+    let from = u64::try_from(after + 1).unwrap_or(0);
     let mut events = Vec::new();
-    for k in segments(conn, session)? {
+    for k in segments_from(conn, session, from)? {
         let left = limit - events.len();
         if left == 0 {
             break;
@@ -193,7 +193,7 @@ pub(crate) fn stored_events(
          SELECT seq, type, data, time FROM event INDEXED BY event_recent WHERE stream = ?2 \
            AND recent = 1 ORDER BY 1",
     );
-    let (Ok(mut stmt), Ok(ks)) = (numbered, segments(conn, session)) else {
+    let (Ok(mut stmt), Ok(ks)) = (numbered, segments_from(conn, session, 0)) else {
         let mut stmt = conn.prepare_cached(
             "SELECT seq, type, data, time FROM event WHERE aggregate_id = ?1 ORDER BY seq",
         )?;

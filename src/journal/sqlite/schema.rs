@@ -320,17 +320,20 @@ CREATE UNIQUE INDEX event_recent ON event(stream, seq) WHERE recent = 1;
 /// the sessions written now, instead of at the end of its old range among the logs of
 /// sessions idle for as long (at 1,000,000 sessions, each settle rewrote leaves of the
 /// history scattered over the whole file). The table is rebuilt without the unique
-/// constraint on `aggregate_id`, indexed by `(aggregate_id, k)`; numbers are kept.
+/// constraint on `aggregate_id`, with each segment's first seq (0 for the logs numbered
+/// before: each is one segment from its start), indexed by `(aggregate_id, k, first_seq)` so
+/// that a read finds the segment holding a seq in the index alone; numbers are kept.
 const V10: &str = r"
 CREATE TABLE event_stream_v10 (
     k            INTEGER PRIMARY KEY,
-    aggregate_id TEXT NOT NULL
+    aggregate_id TEXT NOT NULL,
+    first_seq    INTEGER NOT NULL DEFAULT 0
 );
 INSERT INTO event_stream_v10 (k, aggregate_id)
     SELECT k, aggregate_id FROM event_stream ORDER BY k;
 DROP TABLE event_stream;
 ALTER TABLE event_stream_v10 RENAME TO event_stream;
-CREATE INDEX event_stream_session ON event_stream(aggregate_id, k);
+CREATE INDEX event_stream_session ON event_stream(aggregate_id, k, first_seq);
 ";
 
 /// Every migration in order; migration `i` takes the schema from version `i` to `i + 1`.

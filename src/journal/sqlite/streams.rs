@@ -203,15 +203,17 @@ pub(crate) fn release(writer: u64) {
 
 /// Where `session`'s next event goes (see [`super::segments`]): the segment the writer's
 /// memory knows, when its transaction knows it, else the one the table says (the first, given
-/// with the first event; a new one, opened past a long absence), which is then remembered.
-pub(super) fn stream_key(conn: &Connection, session: &SessionId) -> Result<Placed, StoreError> {
+/// with the first event; a new one, opened past a long absence, with its first seq read by
+/// `next_seq`), which is then remembered.
+pub(super) fn stream_key(
+    conn: &Connection,
+    session: &SessionId,
+    next_seq: impl FnOnce(Option<i64>) -> Result<u64, StoreError>,
+) -> Result<Placed, StoreError> {
     if let Some(k) = lookup(session) {
-        return Ok(Placed {
-            k,
-            continued_from: None,
-        });
+        return Ok(Placed { k, seq: None });
     }
-    let placed = segments::place(conn, session)?;
+    let placed = segments::place(conn, session, next_seq)?;
     learn(session, placed.k);
     Ok(placed)
 }

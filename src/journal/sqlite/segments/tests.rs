@@ -41,16 +41,16 @@ fn a_session_back_after_a_long_absence_continues_its_log_in_a_new_segment() -> R
     create(conn, "a", None, 1)?;
     note(conn, "a", 1)?;
     note(conn, "a", 2)?;
-    let first = segments(conn, &a)?;
+    let first = segments_from(conn, &a, 0)?;
     assert_eq!(first.len(), 1);
     // Still close to the end of the numbers: no new segment.
     give_numbers(conn, SEGMENT_SPAN - 2)?;
     assert_eq!(note(conn, "a", 3)?, 3);
-    assert_eq!(segments(conn, &a)?, first);
+    assert_eq!(segments_from(conn, &a, 0)?, first);
     give_numbers(conn, 10)?;
     settle_recent(conn)?;
     assert_eq!(note(conn, "a", 4)?, 4, "the seqs go on");
-    let both = segments(conn, &a)?;
+    let both = segments_from(conn, &a, 0)?;
     assert_eq!(both.len(), 2);
     assert_eq!(both[0], first[0]);
     let top: i64 = conn.query_row("SELECT MAX(k) FROM event_stream", [], |r| r.get(0))?;
@@ -70,10 +70,19 @@ fn a_session_back_after_a_long_absence_continues_its_log_in_a_new_segment() -> R
         })?;
     assert_eq!(in_new, 2);
     assert_eq!(
-        segments(conn, &a)?.len(),
+        segments_from(conn, &a, 0)?.len(),
         2,
         "one new segment, not one per event"
     );
+    let first_seqs: Vec<i64> = conn
+        .prepare("SELECT first_seq FROM event_stream WHERE aggregate_id = 'a' ORDER BY k")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    assert_eq!(first_seqs, [0, 4]);
+    // A read from a seq starts at the segment that holds it.
+    assert_eq!(segments_from(conn, &a, 3)?, both);
+    assert_eq!(segments_from(conn, &a, 4)?, [top]);
+    assert_eq!(segments_from(conn, &a, 9)?, [top]);
 
     assert_eq!(
         seqs(&events_after(conn, &a, None, 100)?),
@@ -108,7 +117,7 @@ fn compaction_and_deletion_cover_every_segment() -> Result<(), StoreError> {
     for n in 4..=6 {
         note(conn, "a", n)?;
     }
-    assert_eq!(segments(conn, &a)?.len(), 2);
+    assert_eq!(segments_from(conn, &a, 0)?.len(), 2);
     // Keep the last two (5, 6): the first segment empties, the second keeps its newest.
     let (start, deleted) = compact(conn, &a, 2, i64::MAX)?.expect("compacted");
     assert_eq!((start, deleted), (5, 5));
@@ -121,7 +130,7 @@ fn compaction_and_deletion_cover_every_segment() -> Result<(), StoreError> {
     assert_eq!(note(conn, "a", 8)?, 8);
 
     delete_session(conn, &a)?;
-    assert!(segments(conn, &a)?.is_empty());
+    assert!(segments_from(conn, &a, 0)?.is_empty());
     let rows: i64 = conn.query_row(
         "SELECT COUNT(*) FROM event WHERE aggregate_id = 'a'",
         [],
