@@ -365,8 +365,8 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
     }
     // Warm up (the first turns start the session actors), then the workload alone.
     workload(&post, &http, &base, &work_ids, 1, sizes.events_per_prompt).await?;
-    let cpu = server.cpu_seconds();
-    workload(
+    let cpu_none = workload_cpu(
+        server,
         &post,
         &http,
         &base,
@@ -375,7 +375,6 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
         sizes.events_per_prompt,
     )
     .await?;
-    let cpu_none = server.cpu_seconds() - cpu;
 
     // The floor: as many bare actix-web streaming responses, opened and closed first.
     let idle_total = sizes.idle_sessions * sizes.idle_per_session;
@@ -410,8 +409,8 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
     let kib_per_sub = (server.trimmed_rss_kib() - rss_before) / idle_total as f64;
     ctx.log(format_args!("{idle_total} idle streams open"));
 
-    let cpu = server.cpu_seconds();
-    workload(
+    let cpu_idle = workload_cpu(
+        server,
         &post,
         &http,
         &base,
@@ -420,7 +419,6 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
         sizes.events_per_prompt,
     )
     .await?;
-    let cpu_idle = server.cpu_seconds() - cpu;
 
     let hot = HotClient::start()?;
     for _ in 0..sizes.hot_subscribers {
@@ -463,8 +461,8 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
         stream.abort();
     }
     wait_streams_closed(&http, &base).await?;
-    let cpu = server.cpu_seconds();
-    workload(
+    let cpu_after = workload_cpu(
+        server,
         &post,
         &http,
         &base,
@@ -473,7 +471,6 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
         sizes.events_per_prompt,
     )
     .await?;
-    let cpu_after = server.cpu_seconds() - cpu;
     Ok(Figures {
         cpu_none,
         cpu_idle,
@@ -485,6 +482,25 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
         p50_calm: rates[1].0,
         p99_calm: rates[1].1,
     })
+}
+
+/// The server CPU seconds [`workload`] costs with these arguments.
+async fn workload_cpu<P, F>(
+    server: &Server,
+    post: &P,
+    http: &awc::Client,
+    base: &str,
+    sessions: &[String],
+    prompts: usize,
+    events: u64,
+) -> BenchResult<f64>
+where
+    P: Fn(String, Value) -> F,
+    F: std::future::Future<Output = BenchResult<Value>>,
+{
+    let cpu = server.cpu_seconds();
+    workload(post, http, base, sessions, prompts, events).await?;
+    Ok(server.cpu_seconds() - cpu)
 }
 
 /// Queues `prompts` prompts on every work session (each runs in its own turn, publishing
