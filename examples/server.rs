@@ -43,7 +43,9 @@ use std::time::Duration;
 use actix_web::{web, App};
 use clap::Parser;
 use durable_sessions::http::{self, HttpOptions};
-use durable_sessions::{Admission, Delivery, Message, MessageId, RunError, Runner, Runtime, Turn};
+use durable_sessions::{
+    Admission, Delivery, Message, MessageId, RetainEvents, RunError, Runner, Runtime, Turn,
+};
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::json;
@@ -84,6 +86,18 @@ struct Args {
     /// How long a request body may take to arrive, in milliseconds (408 after).
     #[arg(long = "body-timeout-ms", default_value_t = 5000, value_name = "MS")]
     body_timeout_ms: u64,
+    /// Retention: keep only each idle session's newest N events (the transcript is kept whole;
+    /// a replay from before the kept part answers 410). Off unless given.
+    #[arg(long = "retain-events", value_name = "N")]
+    retain_events: Option<u64>,
+    /// Retention: how long a session must be idle before its log is compacted, in milliseconds.
+    #[arg(
+        long = "retain-after-idle-ms",
+        default_value_t = 600_000,
+        value_name = "MS",
+        requires = "retain_events"
+    )]
+    retain_after_idle_ms: u64,
 }
 
 /// Writes a line to stdout, ignoring a closed stdout (`server | head -1`): the server's life
@@ -237,6 +251,13 @@ fn print_banner(addr: SocketAddr, args: &Args) {
         args.word_delay_ms,
         args.max_resume_attempts
     );
+    if let Some(keep_last) = args.retain_events {
+        say!(
+            "retention: each session idle for {} ms keeps its newest {keep_last} events \
+             (its transcript whole)",
+            args.retain_after_idle_ms
+        );
+    }
     say!(
         "\nTry, in a second terminal:\n\
          \x20 curl -s{auth} -X POST {base}/sessions -H 'content-type: application/json' -d '{{\"id\": \"demo\"}}'\n\
@@ -317,6 +338,12 @@ async fn run(args: Args) -> Fallible {
         .lease(Duration::from_millis(args.lease_ms));
     if let Some(name) = &args.node_name {
         builder = builder.node_name(name);
+    }
+    if let Some(keep_last) = args.retain_events {
+        builder = builder.retain_events(RetainEvents::new(
+            keep_last,
+            Duration::from_millis(args.retain_after_idle_ms),
+        ));
     }
     let runtime = builder
         .runner(EchoAgent {

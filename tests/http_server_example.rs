@@ -1,7 +1,7 @@
 //! The `server` example as a program, run as a child process: its flags come from clap (`--help`,
 //! `DURABLE_SESSIONS_TOKEN`, repeatable `--cors-origin`), its errors name what failed (the
 //! address, the database file), and it stops on SIGTERM even when its stdout is closed
-//! (`server | head -1`).
+//! (`server | head -1`); its retention flags compact an idle session's log.
 #![cfg(feature = "http")]
 
 mod common;
@@ -25,6 +25,8 @@ fn help_lists_the_flags_and_the_token_variable() {
         "--word-delay-ms",
         "--body-timeout-ms",
         "--max-resume-attempts",
+        "--retain-events",
+        "--retain-after-idle-ms",
     ] {
         assert!(out.contains(flag), "--help mentions {flag}: {out}");
     }
@@ -178,4 +180,91 @@ async fn the_token_variable_and_repeated_cors_origins_take_effect() {
     assert_eq!(allowed.status, 200, "{allowed:?}");
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// `--retain-events N` with `--retain-after-idle-ms`: once a session has been idle that long,
+/// its log keeps its newest N events (status says where it starts), a replay from before
+/// answers 410 naming the first seq held, and the transcript is whole. Without the flag,
+/// `--retain-after-idle-ms` alone is refused.
+#[actix_rt::test]
+async fn the_retention_flags_compact_an_idle_session_and_keep_its_transcript() {
+    let (ok, _, err) = run_server_to_exit(&["--retain-after-idle-ms", "100"]);
+    assert!(
+        !ok,
+        "--retain-after-idle-ms without --retain-events is refused"
+    );
+    assert!(err.contains("--retain-events"), "{err}");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ServerChild::spawn(
+        &dir.path().join("r.db"),
+        &[
+            "--word-delay-ms",
+            "1",
+            "--retain-events",
+            "2",
+            "--retain-after-idle-ms",
+            "200",
+        ],
+    );
+    let addr = server.addr();
+    let request = |method: &str, path: &str, body: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let quiet = Duration::from_secs(2);
+    let created = raw_async(addr, request("POST", "/sessions", r#"{"id":"r"}"#), quiet).await;
+    assert_eq!(created.status, 201, "{created:?}");
+    let prompted = raw_async(
+        addr,
+        request("POST", "/sessions/r/prompt", r#"{"text":"one two"}"#),
+        quiet,
+    )
+    .await;
+    assert_eq!(prompted.status, 202, "{prompted:?}");
+
+    // The turn ends (admitted, promoted, started, the reply, succeeded: seqs 1 – 5), then the
+    // session idles past 200 ms and the next pass compacts it to its newest 2 events.
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        let status = raw_async(addr, request("GET", "/sessions/r/status", ""), quiet)
+            .await
+            .json();
+        if status["log_start"].as_u64().unwrap_or(0) > 0 {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "never compacted: {status}");
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    };
+    let last = status["last_seq"].as_u64().expect("last_seq");
+    assert_eq!(status["log_start"].as_u64(), Some(last - 1), "{status}");
+
+    let replay = raw_async(
+        addr,
+        request("GET", "/sessions/r/events?after=0", ""),
+        quiet,
+    )
+    .await;
+    assert_eq!(replay.status, 410, "{replay:?}");
+    assert_eq!(replay.error_type(), "events_compacted");
+    assert_eq!(replay.json()["error"]["first_seq"].as_u64(), Some(last - 1));
+
+    let messages = raw_async(
+        addr,
+        request("GET", "/sessions/r/messages?order=asc", ""),
+        quiet,
+    )
+    .await
+    .json();
+    let kinds: Vec<&str> = messages
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|m| m["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["user", "assistant"], "{messages}");
+    assert_eq!(messages[1]["data"]["text"], "echo: one two", "{messages}");
 }
