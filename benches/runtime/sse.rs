@@ -21,7 +21,10 @@
 //! are reported.
 //!
 //! Before 2, as many bare actix-web streaming responses are opened and closed on the same
-//! server: the RSS per connection that actix-web itself needs, the floor of the figure.
+//! server: the RSS per connection that actix-web itself needs, the floor of the figure. After
+//! 4, as many streams on a bare actix-web fan-out of the same server (a tokio broadcast
+//! channel, no runtime, no commit) get the same ticks at the same rates: the floor of 4's
+//! latencies on this machine.
 //!
 //! `--quick`: a tenth of the subscribers and of the workload.
 
@@ -83,6 +86,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     let (mut cpu_after, mut cpu_bracket) = (Vec::new(), Vec::new());
     let mut per_bare = Vec::new();
     let (mut p50_calm, mut p99_calm) = (Vec::new(), Vec::new());
+    let mut bare_hot: [Vec<f64>; 4] = Default::default();
     for repeat in 0..ctx.repeats {
         let db = ctx.dir.join(format!("sse-{repeat}.db"));
         crate::db::remove(&db);
@@ -114,6 +118,14 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         p99.push(figures.p99);
         p50_calm.push(figures.p50_calm);
         p99_calm.push(figures.p99_calm);
+        for (all, one) in bare_hot.iter_mut().zip([
+            figures.bare_p50,
+            figures.bare_p99,
+            figures.bare_p50_calm,
+            figures.bare_p99_calm,
+        ]) {
+            all.push(one);
+        }
     }
     let prompts = sizes.work_sessions * sizes.prompts_per_session;
     let none = Row::new(
@@ -175,12 +187,26 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         sizes.hot_subscribers,
         sizes.hot_events / 2
     );
-    let p50 = Row::new(NAME, format!("publish->receive p50, {hot}"), "ms", p50);
+    let [bare50, bare99, bare50_calm, bare99_calm] = bare_hot;
+    let bare_row = |what: &str, rate: &str, samples| {
+        Row::new(
+            NAME,
+            format!("publish->receive {what}, {rate}, bare actix-web fan-out"),
+            "ms",
+            samples,
+        )
+    };
+    let bare50 = bare_row("p50", &hot, bare50)
+        .note("the floor: a tokio broadcast channel to as many bare actix-web streaming responses on the same server, no runtime, no commit");
+    let bare99 = bare_row("p99", &hot, bare99);
+    let bare50_calm = bare_row("p50", &calm, bare50_calm);
+    let bare99_calm = bare_row("p99", &calm, bare99_calm);
+    let p50 = Row::new(NAME, format!("publish->receive p50, {hot}"), "ms", p50).vs(&bare50);
     let met = p50.median() <= 2.0;
     let p50 = p50.target("<= 2 ms", met).note(format!(
         "with the {idle} idle streams open; t stamped before Turn::publish (commit included)"
     ));
-    let p99 = Row::new(NAME, format!("publish->receive p99, {hot}"), "ms", p99);
+    let p99 = Row::new(NAME, format!("publish->receive p99, {hot}"), "ms", p99).vs(&bare99);
     let met = p99.median() <= 20.0;
     let p99 = p99.target("<= 20 ms", met);
     let p50_calm = Row::new(
@@ -188,7 +214,8 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         format!("publish->receive p50, {calm}"),
         "ms",
         p50_calm,
-    );
+    )
+    .vs(&bare50_calm);
     let met = p50_calm.median() <= 2.0;
     let p50_calm = p50_calm.target("<= 2 ms", met);
     let p99_calm = Row::new(
@@ -196,11 +223,26 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         format!("publish->receive p99, {calm}"),
         "ms",
         p99_calm,
-    );
+    )
+    .vs(&bare99_calm);
     let met = p99_calm.median() <= 20.0;
     let p99_calm = p99_calm.target("<= 20 ms", met);
     Ok(vec![
-        none, after, bracket, idle_first, idle_row, rss, bare, p50, p99, p50_calm, p99_calm,
+        none,
+        after,
+        bracket,
+        idle_first,
+        idle_row,
+        rss,
+        bare,
+        p50,
+        p99,
+        p50_calm,
+        p99_calm,
+        bare50,
+        bare99,
+        bare50_calm,
+        bare99_calm,
     ])
 }
 
@@ -328,6 +370,78 @@ struct Figures {
     p99: f64,
     p50_calm: f64,
     p99_calm: f64,
+    /// The same four through the bare actix-web fan-out.
+    bare_p50: f64,
+    bare_p99: f64,
+    bare_p50_calm: f64,
+    bare_p99_calm: f64,
+}
+
+/// The hot session's stream.
+const HOT_PATH: &str = "/sessions/hot/events";
+
+/// The bare actix-web fan-out's stream (`sse_server`).
+const BARE_HOT_PATH: &str = "/bench/bare-hot";
+
+/// The hot phase's two rates: (a share of `hot_events`, ms between events): 100/s, then 20/s.
+const RATES: [(u64, u64); 2] = [(1, 10), (2, 50)];
+
+/// What one rate of the hot phase measured (ms).
+struct Rate {
+    p50: f64,
+    p99: f64,
+    /// Median over events of the first stream's delivery.
+    first: f64,
+    /// Median over events of the last stream's delivery.
+    last: f64,
+}
+
+/// Starts one rate of ticks (`start`) and waits for all `expected` deliveries to `hot`'s open
+/// streams.
+async fn hot_rate(
+    hot: &HotClient,
+    start: impl std::future::Future<Output = BenchResult<Value>>,
+    expected: usize,
+) -> BenchResult<Rate> {
+    hot.take();
+    timed(start).await??;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while hot.received() < expected {
+        if Instant::now() > deadline {
+            return Err(format!("hot phase: {} of {expected} deliveries", hot.received()).into());
+        }
+        actix_rt::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deliveries = hot.take();
+    let (first, last) = spread(&deliveries);
+    let mut all: Vec<f64> = deliveries.into_iter().map(|(_, ms)| ms).collect();
+    all.sort_by(f64::total_cmp);
+    Ok(Rate {
+        p50: percentile(&all, 50.0),
+        p99: percentile(&all, 99.0),
+        first,
+        last,
+    })
+}
+
+/// Waits until `n` bare hot streams are open on the server.
+async fn wait_bare_hot(http: &awc::Client, base: &str, n: usize) -> BenchResult<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut response = http
+            .get(format!("{base}/bench/bare-hot/open"))
+            .send()
+            .await?;
+        let answer: Value = response.json().await?;
+        let open = answer["open"].as_u64().unwrap_or(0) as usize;
+        if open >= n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("{open} of {n} bare hot streams open").into());
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult<Figures> {
@@ -422,41 +536,47 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
 
     let hot = HotClient::start()?;
     for _ in 0..sizes.hot_subscribers {
-        hot.subscribe(server.addr);
+        hot.subscribe(server.addr, HOT_PATH);
     }
     wait_streams(&http, &base, idle_total + sizes.hot_subscribers).await?;
     // Two rates: a fast token stream (100 events/s) and a calmer one (20 events/s).
     let mut rates = Vec::new();
-    for (events, gap_ms) in [(sizes.hot_events, 10), (sizes.hot_events / 2, 50)] {
-        hot.take();
-        let expected = sizes.hot_subscribers * events as usize;
+    for (events, gap_ms) in RATES.map(|(share, gap)| (sizes.hot_events / share, gap)) {
         let prompt = json!({ "prompt": { "events": events, "gap_ms": gap_ms } });
-        timed(post("/sessions/hot/prompt".into(), prompt)).await??;
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while hot.received() < expected {
-            if Instant::now() > deadline {
-                return Err(
-                    format!("hot session: {} of {expected} deliveries", hot.received()).into(),
-                );
-            }
-            actix_rt::time::sleep(Duration::from_millis(50)).await;
-        }
-        let deliveries = hot.take();
-        let (first, last) = spread(&deliveries);
-        let mut all: Vec<f64> = deliveries.into_iter().map(|(_, ms)| ms).collect();
-        all.sort_by(f64::total_cmp);
-        rates.push((percentile(&all, 50.0), percentile(&all, 99.0)));
+        let start = post("/sessions/hot/prompt".into(), prompt);
+        let rate = hot_rate(&hot, start, sizes.hot_subscribers * events as usize).await?;
         ctx.log(format_args!(
             "sse hot, {events} events {gap_ms} ms apart: p50 {:.2} ms, p99 {:.2} ms; per \
-             event, the first stream got it after {first:.2} ms and the last after {last:.2} \
-             ms (medians over events)",
-            rates[rates.len() - 1].0,
-            rates[rates.len() - 1].1,
+             event, the first stream got it after {:.2} ms and the last after {:.2} ms \
+             (medians over events)",
+            rate.p50, rate.p99, rate.first, rate.last
         ));
+        rates.push(rate);
         // Let the last turn settle before the next prompt.
         actix_rt::time::sleep(Duration::from_millis(300)).await;
     }
     hot.stop();
+
+    // The floor: the same ticks to as many streams through a bare actix-web fan-out on the
+    // same server, with the same idle streams open.
+    let bare = HotClient::start()?;
+    for _ in 0..sizes.hot_subscribers {
+        bare.subscribe(server.addr, BARE_HOT_PATH);
+    }
+    wait_bare_hot(&http, &base, sizes.hot_subscribers).await?;
+    let mut bare_rates = Vec::new();
+    for (events, gap_ms) in RATES.map(|(share, gap)| (sizes.hot_events / share, gap)) {
+        let args = json!({ "events": events, "gap_ms": gap_ms });
+        let start = post("/bench/bare-hot/publish".into(), args);
+        let rate = hot_rate(&bare, start, sizes.hot_subscribers * events as usize).await?;
+        ctx.log(format_args!(
+            "sse bare actix-web fan-out, {events} events {gap_ms} ms apart: p50 {:.2} ms, p99 \
+             {:.2} ms; first {:.2} ms, last {:.2} ms",
+            rate.p50, rate.p99, rate.first, rate.last
+        ));
+        bare_rates.push(rate);
+    }
+    bare.stop();
     for stream in &idle_streams {
         stream.abort();
     }
@@ -477,10 +597,14 @@ async fn one_repeat(ctx: &Ctx, server: &mut Server, sizes: Sizes) -> BenchResult
         cpu_after,
         kib_per_sub,
         kib_per_bare,
-        p50: rates[0].0,
-        p99: rates[0].1,
-        p50_calm: rates[1].0,
-        p99_calm: rates[1].1,
+        p50: rates[0].p50,
+        p99: rates[0].p99,
+        p50_calm: rates[1].p50,
+        p99_calm: rates[1].p99,
+        bare_p50: bare_rates[0].p50,
+        bare_p99: bare_rates[0].p99,
+        bare_p50_calm: bare_rates[1].p50,
+        bare_p99_calm: bare_rates[1].p99,
     })
 }
 
@@ -664,8 +788,10 @@ impl HotClient {
         })
     }
 
-    fn subscribe(&self, addr: SocketAddr) {
-        self.runtime.spawn(hot_subscribe(addr, self.sink.clone()));
+    /// Opens one stream on `path` (the hot session's, or the bare baseline's).
+    fn subscribe(&self, addr: SocketAddr, path: &'static str) {
+        self.runtime
+            .spawn(hot_subscribe(addr, path, self.sink.clone()));
     }
 
     fn sink(&self) -> std::sync::MutexGuard<'_, Vec<(u64, f64)>> {
@@ -690,13 +816,13 @@ impl HotClient {
 
 /// One stream on the hot session: every `bench.tick` frame's latency (the time the read that
 /// brought its last byte returned − its `t`, ms) goes to `sink`, once per read.
-async fn hot_subscribe(addr: SocketAddr, sink: Arc<Mutex<Vec<(u64, f64)>>>) {
+async fn hot_subscribe(addr: SocketAddr, path: &str, sink: Arc<Mutex<Vec<(u64, f64)>>>) {
     let Ok(mut stream) = TcpStream::connect(addr).await else {
         return;
     };
     let _ = stream.set_nodelay(true);
-    let request = b"GET /sessions/hot/events HTTP/1.1\r\nHost: bench\r\n\r\n";
-    if stream.write_all(request).await.is_err() {
+    let request = format!("GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n");
+    if stream.write_all(request.as_bytes()).await.is_err() {
         return;
     }
     let mut buf = vec![0u8; 16 * 1024];

@@ -82,6 +82,81 @@ async fn bare_stream() -> actix_web::HttpResponse {
         .streaming(futures::StreamExt::chain(hello, futures::stream::pending()))
 }
 
+/// The hot-session baseline: a bare actix-web fan-out (a tokio broadcast channel, one
+/// streaming response per subscriber, no runtime, no store) on the same server, publishing the
+/// same `bench.tick` frames, so its publish → receive latency is what actix-web and the
+/// sockets cost on this machine.
+#[derive(Clone)]
+struct BareHot {
+    ticks: tokio::sync::broadcast::Sender<web::Bytes>,
+    open: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl BareHot {
+    fn new() -> Self {
+        Self {
+            ticks: tokio::sync::broadcast::channel(1024).0,
+            open: Default::default(),
+        }
+    }
+}
+
+/// Counts an open bare hot stream while it lives.
+struct Open(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `GET /bench/bare-hot`: every tick published from now on, as an SSE frame.
+async fn bare_hot_stream(hot: web::Data<BareHot>) -> actix_web::HttpResponse {
+    hot.open.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let open = Open(hot.open.clone());
+    let ticks = hot.ticks.subscribe();
+    let hello = futures::stream::once(async {
+        Ok::<_, std::convert::Infallible>(web::Bytes::from_static(b": bare hot\n\n"))
+    });
+    let frames = futures::stream::unfold((ticks, open), |(mut ticks, open)| async move {
+        loop {
+            match ticks.recv().await {
+                Ok(frame) => return Some((Ok(frame), (ticks, open))),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    actix_web::HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .streaming(futures::StreamExt::chain(hello, frames))
+}
+
+/// `GET /bench/bare-hot/open`: how many bare hot streams are open.
+async fn bare_hot_open(hot: web::Data<BareHot>) -> actix_web::HttpResponse {
+    let open = hot.open.load(std::sync::atomic::Ordering::Relaxed);
+    actix_web::HttpResponse::Ok().json(json!({ "open": open }))
+}
+
+/// `POST /bench/bare-hot/publish` `{"events": n, "gap_ms": g}`: publishes `n` ticks `g` ms
+/// apart, each stamped just before its send, as the runner stamps its own before `publish`.
+async fn bare_hot_publish(hot: web::Data<BareHot>, body: web::Bytes) -> actix_web::HttpResponse {
+    let args: Value = serde_json::from_slice(&body).unwrap_or_default();
+    let n = args["events"].as_u64().unwrap_or(0);
+    let gap = Duration::from_millis(args["gap_ms"].as_u64().unwrap_or(0));
+    let ticks = hot.ticks.clone();
+    actix_rt::spawn(async move {
+        for i in 0..n {
+            actix_rt::time::sleep(gap).await;
+            let t = unix_nanos();
+            let data = json!({ "t": t, "i": i });
+            let frame = format!("event: bench.tick\ndata: {data}\n\n");
+            let _ = ticks.send(web::Bytes::from(frame));
+        }
+    });
+    actix_web::HttpResponse::Accepted().json(json!({ "events": n }))
+}
+
 /// The child's entry point: `{"db": path}`.
 pub fn child(args: &Value) -> BenchResult<Value> {
     let db = args["db"]
@@ -99,6 +174,7 @@ pub fn child(args: &Value) -> BenchResult<Value> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
         let app_runtime = runtime.clone();
+        let bare_hot = web::Data::new(BareHot::new());
         let options = ServeOptions {
             workers: Some(2),
             shutdown_timeout: Duration::from_secs(1),
@@ -108,6 +184,10 @@ pub fn child(args: &Value) -> BenchResult<Value> {
             App::new()
                 .configure(http::configure(app_runtime.clone(), HttpOptions::new()))
                 .route("/bench/bare", web::get().to(bare_stream))
+                .app_data(bare_hot.clone())
+                .route("/bench/bare-hot", web::get().to(bare_hot_stream))
+                .route("/bench/bare-hot/open", web::get().to(bare_hot_open))
+                .route("/bench/bare-hot/publish", web::post().to(bare_hot_publish))
                 .default_service(web::to(http::not_found))
         })?;
         let handle = server.handle();
