@@ -20,7 +20,7 @@
 //!
 //! Layout: `report` (rows, table, JSON, machine facts), `db` (database creation, bulk seeding
 //! and the raw rusqlite baselines), `runners` (the drains), `child` (re-exec protocol), then one
-//! module per scenario (`postgres_node`: the `postgres` scenario's child nodes and raw client).
+//! module per scenario (`floor`: the `latency` scenario's bare turn; `postgres_node`: the `postgres` scenario's child nodes and raw client).
 
 #[path = "runtime/ceiling.rs"]
 mod ceiling;
@@ -30,6 +30,8 @@ mod child;
 mod db;
 #[path = "runtime/events.rs"]
 mod events;
+#[path = "runtime/floor.rs"]
+mod floor;
 #[path = "runtime/growth.rs"]
 mod growth;
 #[path = "runtime/latency.rs"]

@@ -3,7 +3,8 @@
 //! call to its return. p50 and p99 per repeat. Baseline: the latency of one raw single-row
 //! UPDATE transaction on a copy of the database beside it, timed between the turns (the claim
 //! has to commit before the drain may start, so one commit is the floor of the first figure and
-//! two commits the floor of the second).
+//! two commits the floor of the second). Beside them, a *bare turn* (`floor`): the same
+//! thread hand-offs around two raw commits, without the runtime: the floor of its overhead.
 
 use std::path::Path;
 use std::time::Instant;
@@ -13,6 +14,7 @@ use futures::StreamExt;
 
 use crate::ceiling::SYNCS;
 use crate::db::{self, Raw};
+use crate::floor::Floor;
 use crate::report::{median, percentile, Row};
 use crate::runners::Stamp;
 use crate::{timed, BenchResult, Ctx};
@@ -27,6 +29,7 @@ struct Series {
     wake: [Vec<f64>; 2],
     resume: [Vec<f64>; 2],
     whole: [Vec<f64>; 2],
+    bare: [Vec<f64>; 2],
     /// The slowest whole turn of each repeat: where a checkpoint inside a commit shows when
     /// it is rarer than one turn in a hundred.
     whole_max: Vec<f64>,
@@ -52,26 +55,32 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     // invalidate the runtime's page caches (another connection writing the same file would).
     let raw_path = ctx.dir.join("latency-raw.db");
     db::copy(&path, &raw_path)?;
+    // The bare turns' writer commits to a copy of its own, for the same reason.
+    let bare_path = ctx.dir.join("latency-bare.db");
+    db::copy(&path, &bare_path)?;
     let mut series = [Series::default(), Series::default()];
     for repeat in 0..ctx.repeats {
         for (i, sync) in SYNCS.into_iter().enumerate() {
-            let t = actix_rt::System::new().block_on(turns(&path, &raw_path, sync, &ids[0], n))?;
+            let t = actix_rt::System::new()
+                .block_on(turns(&path, &raw_path, &bare_path, sync, &ids[0], n))?;
             let s = &mut series[i];
             Series::push(&mut s.commit, &t.commits);
             Series::push(&mut s.shaped, &t.shaped);
             Series::push(&mut s.wake, &t.wake);
             Series::push(&mut s.resume, &t.resume);
             Series::push(&mut s.whole, &t.whole);
+            Series::push(&mut s.bare, &t.bare);
             s.whole_max.push(percentile(&t.whole, 100.0));
             s.whole_mean
                 .push(t.whole.iter().sum::<f64>() / t.whole.len().max(1) as f64);
             ctx.log(format_args!(
                 "latency repeat {repeat} {}: commit p50 {:.0} µs, wake->drain-start p50 {:.0} µs, \
-                 whole turn p50 {:.0} µs",
+                 whole turn p50 {:.0} µs, bare turn p50 {:.0} µs",
                 sync.as_pragma(),
                 s.commit[0][repeat],
                 s.wake[0][repeat],
-                s.whole[0][repeat]
+                s.whole[0][repeat],
+                s.bare[0][repeat]
             ));
         }
     }
@@ -85,6 +94,12 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         let [w50, w99] = s.wake;
         let [r50, r99] = s.resume;
         let [t50, t99] = s.whole;
+        let [b50, _] = s.bare;
+        let bare_each: Vec<f64> = b50
+            .iter()
+            .zip(&c50_samples)
+            .map(|(bare, commit)| bare - 2.0 * commit)
+            .collect();
         let t50_samples = t50.clone();
         let commit50 = Row::new(NAME, format!("commit p50 {name}"), "µs", c50);
         let commit99 = Row::new(NAME, format!("commit p99 {name}"), "µs", c99);
@@ -118,12 +133,23 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             .map(|(whole, commit)| whole - 2.0 * commit)
             .collect();
         let over = median(&each);
+        let bare50 = Row::new(NAME, format!("bare turn p50 {name}"), "µs", b50)
+            .vs(&commit50)
+            .note("caller -> actor on an arbiter -> writer thread -> actor, twice, -> caller, around two raw commits: no runtime");
+        let bare_overhead = Row::new(
+            NAME,
+            format!("thread hand-offs of a bare turn p50 {name}"),
+            "µs",
+            bare_each,
+        )
+        .note("bare turn p50 - 2 x commit p50, per repeat: the overhead's floor under this architecture");
         let overhead = Row::new(
             NAME,
             format!("runtime overhead per turn p50 {name}"),
             "µs",
             each,
         )
+        .vs(&bare_overhead)
         .target("<= 50 µs (#15)", over <= 50.0)
         .note("whole turn p50 - 2 x commit p50, per repeat");
         let whole_mean = Row::new(NAME, format!("whole turn mean {name}"), "µs", s.whole_mean);
@@ -154,8 +180,20 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             );
         }
         rows.extend([
-            commit50, commit99, shaped50, wake50, wake99, resume50, resume99, whole50, whole99,
-            whole_mean, whole_max, overhead,
+            commit50,
+            commit99,
+            shaped50,
+            wake50,
+            wake99,
+            resume50,
+            resume99,
+            whole50,
+            whole99,
+            whole_mean,
+            whole_max,
+            overhead,
+            bare50,
+            bare_overhead,
         ]);
     }
     Ok(rows)
@@ -174,18 +212,23 @@ struct Samples {
     resume: Vec<f64>,
     /// `resume` call → its return.
     whole: Vec<f64>,
+    /// A bare turn ([`Floor::turn`]) call → its return.
+    bare: Vec<f64>,
 }
 
-/// Times, `n` times over, interleaved: a raw commit, a wake-started turn, a raw commit, a resume
-/// — of one session, on one file, so baseline and figure see the same moment of a noisy disk.
+/// Times, `n` times over, interleaved: a raw commit, a wake-started turn, a raw commit, a resume,
+/// a bare turn — of one session, on one file (the raw commits and the bare turn's on copies
+/// beside it), so baseline and figure see the same moment of a noisy disk.
 async fn turns(
     path: &Path,
     raw_path: &Path,
+    bare_path: &Path,
     sync: Synchronous,
     id: &SessionId,
     n: usize,
 ) -> BenchResult<Samples> {
     let mut raw = Raw::open(raw_path, sync, std::slice::from_ref(id))?;
+    let floor = Floor::start(bare_path, sync, std::slice::from_ref(id))?;
     let (runner, mut starts) = Stamp::new();
     let rt = Runtime::builder()
         .database(path.to_path_buf())
@@ -217,7 +260,12 @@ async fn turns(
         s.whole.push(us(before, Instant::now()));
         let start = starts.try_recv().map_err(|_| "the drain did not stamp")?;
         s.resume.push(us(before, start));
+
+        let before = Instant::now();
+        timed(floor.turn()).await??;
+        s.bare.push(us(before, Instant::now()));
     }
     rt.shutdown().await;
+    floor.stop();
     Ok(s)
 }
