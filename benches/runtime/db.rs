@@ -324,19 +324,32 @@ impl Raw {
     /// The naive turn: the claim in one transaction, an empty drain, the release in another.
     pub fn naive_turn(&mut self) -> rusqlite::Result<()> {
         let id = self.id();
+        self.naive_claim(&id)?;
+        self.naive_release(&id)
+    }
+
+    /// The naive turn's first transaction: the claim row of the next session in turn. Returns
+    /// that session's id, for [`Raw::naive_release`].
+    pub fn naive_claim_next(&mut self) -> rusqlite::Result<String> {
+        let id = self.id();
+        self.naive_claim(&id)?;
+        Ok(id)
+    }
+
+    fn naive_claim(&mut self, id: &str) -> rusqlite::Result<()> {
         self.transaction(
-            &id,
+            id,
             "INSERT INTO session_claim (session_id, time_suspended, claim_boot) \
              VALUES (?1, ?2, 'naive') ON CONFLICT (session_id) DO UPDATE SET \
              time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
              claim_boot = excluded.claim_boot",
             true,
-        )?;
-        self.transaction(
-            &id,
-            "DELETE FROM session_claim WHERE session_id = ?1",
-            false,
         )
+    }
+
+    /// The naive turn's second transaction: the release of `id`'s claim.
+    pub fn naive_release(&mut self, id: &str) -> rusqlite::Result<()> {
+        self.transaction(id, "DELETE FROM session_claim WHERE session_id = ?1", false)
     }
 }
 

@@ -5,10 +5,12 @@
 //! way: the caller sends a message to an actor on an arbiter of its own (`Addr::send`, as
 //! `Execution::resume` does); the actor's handler answers at once and spawns the turn, which
 //! sends a write to a plain writer thread (a std channel, as the runtime's writer) and awaits
-//! its answer (a oneshot), does the same for the second write, then answers the caller. Each
-//! write is the raw single-row commit the scenario times as its baseline. So "bare turn − 2
-//! commits" is what the hops alone cost on this machine, at this moment: no coordinator, no
-//! journal, no events, no registry.
+//! its answer (a oneshot), does the same for the second write, then answers the caller. In
+//! `latency` each write is the raw single-row commit the scenario times as its baseline, so
+//! "bare turn − 2 commits" is what the hops alone cost on this machine, at this moment: no
+//! coordinator, no journal, no events, no registry. In `turns` (c = 1) the two writes are the
+//! naive turn's claim and release, so a loop of bare turns is the naive loop with the
+//! architecture's hand-offs added.
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -19,6 +21,15 @@ use tokio::sync::oneshot;
 
 use crate::db::Raw;
 use crate::BenchResult;
+
+/// What a bare turn's two writes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writes {
+    /// Two raw single-row commits ([`Raw::commit`]).
+    Commits,
+    /// The naive turn's claim, then its release ([`Raw::naive_claim_next`]).
+    NaiveTurn,
+}
 
 /// A write for the bare writer thread and where to answer.
 type Write = oneshot::Sender<rusqlite::Result<()>>;
@@ -74,16 +85,30 @@ pub struct Floor {
 }
 
 impl Floor {
-    /// Starts the writer thread (committing to `path` with `sync`, rotating over `ids`) and the
+    /// Starts the writer thread (`writes` to `path` with `sync`, rotating over `ids`) and the
     /// actor on an arbiter of its own.
-    pub fn start(path: &Path, sync: Synchronous, ids: &[SessionId]) -> BenchResult<Self> {
+    pub fn start(
+        path: &Path,
+        sync: Synchronous,
+        ids: &[SessionId],
+        writes: Writes,
+    ) -> BenchResult<Self> {
         let mut raw = Raw::open(path, sync, ids)?;
         let (tx, rx) = mpsc::channel::<Write>();
         let writer = std::thread::Builder::new()
             .name("bench-floor-writer".into())
             .spawn(move || {
+                // The claimed session, between a naive turn's two writes.
+                let mut claimed: Option<String> = None;
                 for answer in rx {
-                    let _ = answer.send(raw.commit());
+                    let done = match (writes, claimed.take()) {
+                        (Writes::Commits, _) => raw.commit(),
+                        (Writes::NaiveTurn, None) => raw.naive_claim_next().map(|id| {
+                            claimed = Some(id);
+                        }),
+                        (Writes::NaiveTurn, Some(id)) => raw.naive_release(&id),
+                    };
+                    let _ = answer.send(done);
                 }
             })?;
         let arbiter = Arbiter::new();
@@ -101,6 +126,17 @@ impl Floor {
         self.addr.send(Turn { done }).await?;
         outcome.await??;
         Ok(())
+    }
+
+    /// Bare turns per second, back to back, for `window` (at least 5).
+    pub async fn turns_per_s(&self, window: std::time::Duration) -> BenchResult<f64> {
+        let started = std::time::Instant::now();
+        let mut done = 0_u32;
+        while done < 5 || started.elapsed() < window {
+            self.turn().await?;
+            done += 1;
+        }
+        Ok(f64::from(done) / started.elapsed().as_secs_f64())
     }
 
     /// Stops the actor, its arbiter and the writer thread.

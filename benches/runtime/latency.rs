@@ -14,7 +14,7 @@ use futures::StreamExt;
 
 use crate::ceiling::SYNCS;
 use crate::db::{self, Raw};
-use crate::floor::Floor;
+use crate::floor::{Floor, Writes};
 use crate::report::{median, percentile, Row};
 use crate::runners::Stamp;
 use crate::{timed, BenchResult, Ctx};
@@ -228,7 +228,7 @@ async fn turns(
     n: usize,
 ) -> BenchResult<Samples> {
     let mut raw = Raw::open(raw_path, sync, std::slice::from_ref(id))?;
-    let floor = Floor::start(bare_path, sync, std::slice::from_ref(id))?;
+    let floor = Floor::start(bare_path, sync, std::slice::from_ref(id), Writes::Commits)?;
     let (runner, mut starts) = Stamp::new();
     let rt = Runtime::builder()
         .database(path.to_path_buf())

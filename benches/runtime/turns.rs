@@ -10,6 +10,9 @@
 //! Actors are spawned before the window (a no-op `interrupt` to every session), so the figure
 //! is steady-state turns, not actor start-up. Baseline: the naive turn, measured on the same
 //! database file just before each run (so each ratio compares figures taken seconds apart).
+//! At c = 1 with group commit, also a loop of *bare turns* (`floor`) right after: the naive
+//! turn's two commits reached through the same thread hand-offs as a runtime turn, without the
+//! runtime, the floor of the c = 1 ratio under this architecture.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -19,6 +22,7 @@ use durable_sessions::{Execution, Runtime, SessionId, Synchronous, Terminal};
 
 use crate::ceiling::{self, SYNCS};
 use crate::db;
+use crate::floor::{Floor, Writes};
 use crate::report::Row;
 use crate::runners::Empty;
 use crate::{BenchResult, Ctx};
@@ -83,11 +87,27 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         .collect();
     // Per configuration: its samples and the naive turn measured just before each.
     let mut samples: Vec<(Vec<Sample>, Vec<f64>)> = vec![Default::default(); configs.len()];
+    // At c = 1 with group commit: bare turns (`floor`) measured just after, per repeat.
+    let mut bare: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
     for repeat in 0..ctx.repeats {
-        for (config, (out, naive)) in configs.iter().zip(samples.iter_mut()) {
+        for ((config, (out, naive)), bare) in configs.iter().zip(samples.iter_mut()).zip(&mut bare)
+        {
             db::copy(&template, &run_db)?;
             let base = ceiling::naive_turns_per_s(&run_db, config.sync, &ids, naive_window)?;
             let sample = measure(&run_db, *config, &ids, window, cap)?;
+            if config.concurrency == 1 && config.group {
+                let floor = actix_rt::System::new().block_on(async {
+                    let floor = Floor::start(&run_db, config.sync, &ids, Writes::NaiveTurn)?;
+                    let rate = floor.turns_per_s(naive_window).await;
+                    floor.stop();
+                    rate
+                })?;
+                ctx.log(format_args!(
+                    "turns repeat {repeat}: bare turns c=1 {}: {floor:.0}",
+                    config.sync.as_pragma()
+                ));
+                bare.push(floor);
+            }
             ctx.log(format_args!(
                 "turns repeat {repeat}: {}: {:.0} (naive {base:.0}, writer batch {:.1})",
                 config.label(),
@@ -100,7 +120,7 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     }
     let mut rows = Vec::new();
     let mut all_naive = [Vec::new(), Vec::new()];
-    for (config, (s, naive)) in configs.iter().zip(&samples) {
+    for ((config, (s, naive)), bare) in configs.iter().zip(&samples).zip(bare) {
         let sync = config.sync.as_pragma();
         let baseline = Row::new(
             NAME,
@@ -131,6 +151,18 @@ pub fn run(ctx: &Ctx) -> BenchResult<Vec<Row>> {
             row = row.target(">= 0.9x naive (#15)", met);
         }
         rows.push(row);
+        if !bare.is_empty() {
+            rows.push(
+                Row::new(
+                    NAME,
+                    format!("bare turns/s c=1 {sync} (the hand-offs alone)"),
+                    "turns/s",
+                    bare,
+                )
+                .vs(&baseline)
+                .note("the naive turn's two commits on a writer thread, reached as a turn reaches the runtime's (caller -> actor -> writer -> actor, twice, -> caller), no runtime: the floor of the ratio under this architecture"),
+            );
+        }
     }
     for (sync, naive) in SYNCS.into_iter().zip(all_naive) {
         let name = format!("naive turn {} (all runs)", sync.as_pragma());
