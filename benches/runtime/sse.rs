@@ -426,19 +426,36 @@ async fn hot_rate(
 
 /// Waits until `n` bare hot streams are open on the server.
 async fn wait_bare_hot(http: &awc::Client, base: &str, n: usize) -> BenchResult<()> {
+    let url = format!("{base}/bench/bare-hot/open");
+    let what = format!("{n} bare hot streams open");
+    wait_count(
+        http,
+        &url,
+        "open",
+        |open| open != u64::MAX && open >= n as u64,
+        &what,
+    )
+    .await
+}
+
+/// Polls the JSON at `url` until its number `key` satisfies `done` (120 s at most).
+async fn wait_count(
+    http: &awc::Client,
+    url: &str,
+    key: &str,
+    done: impl Fn(u64) -> bool,
+    what: &str,
+) -> BenchResult<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let mut response = http
-            .get(format!("{base}/bench/bare-hot/open"))
-            .send()
-            .await?;
+        let mut response = http.get(url).send().await?;
         let answer: Value = response.json().await?;
-        let open = answer["open"].as_u64().unwrap_or(0) as usize;
-        if open >= n {
+        let count = answer[key].as_u64().unwrap_or(u64::MAX);
+        if done(count) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("{open} of {n} bare hot streams open").into());
+            return Err(format!("waited for {what}; {key} is {count}").into());
         }
         actix_rt::time::sleep(Duration::from_millis(20)).await;
     }
@@ -717,36 +734,29 @@ async fn open_bare(addr: SocketAddr) {
 
 /// Waits until the server counts `n` open event streams.
 async fn wait_streams(http: &awc::Client, base: &str, n: usize) -> BenchResult<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let mut response = http.get(format!("{base}/stats")).send().await?;
-        let stats: Value = response.json().await?;
-        let open = stats["event_streams"].as_u64().unwrap_or(0) as usize;
-        if open >= n {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{open} of {n} event streams open").into());
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
+    let url = format!("{base}/stats");
+    let what = format!("{n} event streams open");
+    wait_count(
+        http,
+        &url,
+        "event_streams",
+        |open| open != u64::MAX && open >= n as u64,
+        &what,
+    )
+    .await
 }
 
 /// Waits until the server holds no event stream (every client has hung up).
 async fn wait_streams_closed(http: &awc::Client, base: &str) -> BenchResult<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let mut response = http.get(format!("{base}/stats")).send().await?;
-        let stats: Value = response.json().await?;
-        let open = stats["event_streams"].as_u64().unwrap_or(u64::MAX);
-        if open == 0 {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(format!("{open} event streams still open").into());
-        }
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
+    let url = format!("{base}/stats");
+    wait_count(
+        http,
+        &url,
+        "event_streams",
+        |open| open == 0,
+        "no event stream open",
+    )
+    .await
 }
 
 /// One idle event stream on a raw connection: held open, its bytes read and dropped.
