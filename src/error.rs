@@ -57,6 +57,46 @@ pub enum StoreError {
     /// A read's blocking task failed (it panicked or was cancelled).
     #[error("a read task failed: {0}")]
     ReadTask(#[source] tokio::task::JoinError),
+    /// The store could not be reached or written for a while (a copy of such an error for a
+    /// second caller, see [`StoreError::unavailable`]).
+    #[error("store unavailable ({kind}): {message}")]
+    Unavailable {
+        /// What kind of fault.
+        kind: Unavailable,
+        /// The store's own words.
+        message: String,
+    },
+}
+
+/// Why the store cannot take a write now: a fault of the store, its file or its server that
+/// clears without the caller changing anything. Turns are kept claimed across it and resumed
+/// once the store answers again; over HTTP it is a `503` with `Retry-After`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// The disk (or the database's quota) is full.
+    Full,
+    /// The database file, its directory or the server is read-only.
+    ReadOnly,
+    /// An I/O error reading or writing the database.
+    Io,
+    /// Another process holds the database's lock past the busy timeout.
+    Busy,
+    /// The connection to the database server is lost, or the server is restarting.
+    Connection,
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unavailable::Full => "the disk is full",
+            Unavailable::ReadOnly => "the database is read-only",
+            Unavailable::Io => "an I/O error",
+            Unavailable::Busy => "the database is locked by another process",
+            Unavailable::Connection => "the database cannot be reached",
+        })
+    }
 }
 
 impl StoreError {
@@ -71,6 +111,20 @@ impl StoreError {
 }
 
 impl StoreError {
+    /// The kind of store fault, when the error is one that clears by itself (disk full,
+    /// read-only file, I/O error, a lock held past the busy timeout, a lost or restarting
+    /// server, no pooled connection to be had); `None` for errors of the request or the data.
+    pub fn unavailable(&self) -> Option<Unavailable> {
+        match self {
+            StoreError::Sqlite(e) => sqlite_unavailable(e),
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres(e) => postgres_unavailable(e),
+            StoreError::Pool(_) => Some(Unavailable::Connection),
+            StoreError::Unavailable { kind, .. } => Some(*kind),
+            _ => None,
+        }
+    }
+
     /// Whether the engine says the failed statement may succeed if run again: a deadlock with
     /// another node's transaction, a serialization failure or a lock wait that timed out
     /// (PostgreSQL). The writer runs such a request again.
@@ -104,8 +158,57 @@ impl StoreError {
                 session_id: session_id.clone(),
                 epoch: *epoch,
             },
-            other => StoreError::Inconsistent(other.to_string()),
+            other => match other.unavailable() {
+                Some(kind) => StoreError::Unavailable {
+                    kind,
+                    message: other.to_string(),
+                },
+                None => StoreError::Inconsistent(other.to_string()),
+            },
         }
+    }
+}
+
+/// The store fault behind a SQLite error, if it is one.
+fn sqlite_unavailable(e: &rusqlite::Error) -> Option<Unavailable> {
+    use rusqlite::ErrorCode;
+    let code = e.sqlite_error_code()?;
+    Some(match code {
+        ErrorCode::DiskFull => Unavailable::Full,
+        ErrorCode::ReadOnly => Unavailable::ReadOnly,
+        ErrorCode::SystemIoFailure
+        | ErrorCode::CannotOpen
+        | ErrorCode::FileLockingProtocolFailed
+        | ErrorCode::OutOfMemory => Unavailable::Io,
+        ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Unavailable::Busy,
+        _ => return None,
+    })
+}
+
+/// The store fault behind a PostgreSQL error, if it is one: a lost connection, a server that is
+/// shutting down or starting (SQLSTATE classes 08 and 57P), a full disk (53100) or a read-only
+/// server (25006).
+#[cfg(feature = "postgres")]
+fn postgres_unavailable(e: &postgres::Error) -> Option<Unavailable> {
+    use postgres::error::SqlState;
+    let Some(code) = e.code() else {
+        // No SQLSTATE: the client's own failure (I/O, a closed connection, a timeout).
+        let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+        return (e.is_closed() || io).then_some(Unavailable::Connection);
+    };
+    if *code == SqlState::DISK_FULL {
+        Some(Unavailable::Full)
+    } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        Some(Unavailable::ReadOnly)
+    } else if code.code().starts_with("08")
+        || code.code().starts_with("57P")
+        || *code == SqlState::INSUFFICIENT_RESOURCES
+        || *code == SqlState::OUT_OF_MEMORY
+        || *code == SqlState::TOO_MANY_CONNECTIONS
+    {
+        Some(Unavailable::Connection)
+    } else {
+        None
     }
 }
 
