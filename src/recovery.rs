@@ -3,6 +3,8 @@
 //! user interrupts a crash cut short. It talks to the journal for what is durable and to the
 //! session actors (through the registry) with one message: resume this already-claimed turn.
 
+pub(crate) mod heal;
+
 use std::sync::Arc;
 
 use futures::channel::oneshot;

@@ -9,6 +9,7 @@
 mod contain;
 pub(crate) mod coordinator;
 mod handlers;
+mod heal;
 pub(crate) mod messages;
 
 use std::cell::Cell;
@@ -45,6 +46,8 @@ pub(crate) struct Environment {
     pub(crate) boot: String,
     /// How long an actor stays idle before the supervisor may passivate it.
     pub(crate) idle_timeout: Duration,
+    /// The resume budget of a turn: a turn resumed after a store fault counts an attempt too.
+    pub(crate) max_resume_attempts: u32,
     /// The actor's registry entry and the `active()` set.
     pub(crate) host: Arc<dyn Host>,
     /// Where its turns' live-only events go (the runtime's per-session stream routes).
@@ -171,6 +174,8 @@ struct Running {
     /// The seq of the newest durable event of the turn before its drain (its claim, or the
     /// restart notice of a resumed turn): its live events never overtake it on a stream.
     committed: Option<u64>,
+    /// The drain failed because the store was unavailable: the turn is healed, not settled.
+    store_fault: Option<crate::error::Unavailable>,
 }
 
 impl std::fmt::Debug for SessionActor {
@@ -278,10 +283,26 @@ impl SessionActor {
             crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
             return self.coordinator.started(execution, Ok(()));
         }
-        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
         crash::point(crash::BEFORE_CLAIM);
+        self.claim(execution, 0, ctx);
+        Vec::new()
+    }
+
+    /// Commits the claim of execution `execution`. While the store is unavailable, a wake's
+    /// turn tries again with backoff (it waits in its start hook, where later wakes coalesce),
+    /// unless the runtime is shutting down; a turn a caller waits on fails at once, with the
+    /// store's error.
+    fn claim(&mut self, execution: u64, attempt: u32, ctx: &mut Context<Self>) {
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
         let commit = self.env.journal.claim_turn(id, boot, epoch);
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            if let (Err(e), true) = (&result, act.coordinator.is_advisory()) {
+                if act.retry_later(e, attempt, ctx, move |act, ctx| {
+                    act.claim(execution, attempt + 1, ctx);
+                }) {
+                    return;
+                }
+            }
             let result = result.map(|seq| {
                 act.running.get_or_insert_with(Box::default).committed = Some(seq);
             });
@@ -298,7 +319,6 @@ impl SessionActor {
             let effects = act.coordinator.started(execution, result);
             act.apply(effects, ctx);
         }));
-        Vec::new()
     }
 
     /// Runs the user's drain as a cancellable future; a panic is caught and becomes a failure.
@@ -327,6 +347,7 @@ impl SessionActor {
         };
         let turn = Turn::new(self.env.journal.clone(), self.id.clone(), cause, setup);
         let runner = self.env.runner.clone();
+        let faults = turn.fault_probe();
         // Its turns are marked ended with the future: returned, panicked or cancelled.
         let end = turn.end_guard();
         let future = DropSafe::new(
@@ -356,6 +377,12 @@ impl SessionActor {
                     Exit::Failure(RunError::Panic(message))
                 }
             };
+            if matches!(&exit, Exit::Failure(e) if !matches!(e, RunError::Panic(_))) {
+                // The store failed the drain, not the runner: the turn is healed, not settled.
+                if let Some(kind) = faults.store_fault() {
+                    act.running.get_or_insert_with(Box::default).store_fault = Some(kind);
+                }
+            }
             let effects = act.coordinator.drain_finished(drain, exit);
             act.apply(effects, ctx);
         }));
@@ -379,55 +406,24 @@ impl SessionActor {
             }
             return self.coordinator.settled(Err(error));
         }
-        crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
-        let best_effort = matches!(
-            terminal,
-            Terminal::Interrupted {
-                reason: crate::outcome::InterruptReason::Shutdown
-            }
-        );
-        // Named in the log if it cannot be recorded (the whole terminal is not kept for it).
-        let ending = match terminal {
-            Terminal::Succeeded => "success",
-            Terminal::Failed { .. } => "failure",
-            Terminal::Interrupted { .. } => "interruption",
-        };
-        let commit = self
-            .env
-            .journal
-            .settle_turn(self.id.clone(), terminal, self.epoch());
-        ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
-            let (result, next) = match result {
-                Ok(next) => (Ok(()), next),
-                Err(e @ StoreError::Fenced { .. }) => {
-                    // Another node owns the turn now: it records how the turn ends.
-                    log::warn!("session {}: fenced: {e}", act.id);
-                    act.fenced = true;
-                    (Err(Arc::new(e)), None)
-                }
-                Err(e) if best_effort => {
-                    log::warn!("session {}: could not record shutdown: {e}", act.id);
-                    (Ok(()), None)
-                }
-                Err(e) => {
-                    log::error!(
-                        "session {}: could not record the turn's {ending}: {e}",
-                        act.id
-                    );
-                    (Err(Arc::new(e)), None)
-                }
+        let store_fault = self.running.as_mut().and_then(|r| r.store_fault.take());
+        if let (Some(kind), Terminal::Failed { error }) = (store_fault, &terminal) {
+            log::warn!(
+                "session {}: the store failed the turn ({kind}); it stays claimed and resumes \
+                 once the store answers",
+                self.id
+            );
+            let error = StoreError::Unavailable {
+                kind,
+                message: error.message.clone(),
             };
-            let effects = act.coordinator.settled(result);
-            act.apply(effects, ctx);
-            if let Some(seq) = next {
-                // Queued prompts each run in a turn of their own, in admission order: the next
-                // one starts once this turn settled (unless a successor already runs).
-                if !act.coordinator.is_active() {
-                    let effects = act.coordinator.wake(Some(seq));
-                    act.apply(effects, ctx);
-                }
-            }
-        }));
+            // Its callers are told now; the turn itself goes on once the store answers.
+            let effects = self.coordinator.healing(Arc::new(error));
+            self.heal(0, ctx);
+            return effects;
+        }
+        crash::point(crash::AFTER_DRAIN_BEFORE_RELEASE);
+        self.commit_terminal(terminal, 0, ctx);
         Vec::new()
     }
 }

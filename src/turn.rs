@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::error::{Error, Result, StoreError};
+use crate::error::{Error, Result, StoreError, Unavailable};
 use crate::event::{kind, EventRecord, LiveEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::Journal;
@@ -38,6 +38,9 @@ struct Shared {
     /// The seq of the newest durable event this turn committed (its claim, then its own
     /// writes): [`LiveEvent::after_seq`] of what it publishes live.
     committed: AtomicU64,
+    /// The first store fault a read or write of the drain met ([`fault_code`]; 0: none): a
+    /// failed drain is then kept claimed and resumed, not recorded as the runner's failure.
+    store_fault: AtomicU8,
 }
 
 /// Marks its drain's [`Turn`]s ended when dropped: the session actor keeps one inside the
@@ -52,6 +55,37 @@ impl Drop for DrainEnd {
             .state
             .compare_exchange(OPEN, ENDED, Ordering::AcqRel, Ordering::Acquire);
     }
+}
+
+/// Tells whether a drain's reads or writes found the store unavailable (see
+/// [`Turn::fault_probe`]).
+pub(crate) struct FaultProbe(Arc<Shared>);
+
+impl FaultProbe {
+    /// The store fault a read or write of the drain met first, if any.
+    pub(crate) fn store_fault(&self) -> Option<Unavailable> {
+        FAULTS
+            .get(usize::from(self.0.store_fault.load(Ordering::Acquire)).checked_sub(1)?)
+            .copied()
+    }
+}
+
+/// The store faults, numbered from 1 by their place here ([`fault_code`]).
+const FAULTS: [Unavailable; 5] = [
+    Unavailable::Full,
+    Unavailable::ReadOnly,
+    Unavailable::Io,
+    Unavailable::Busy,
+    Unavailable::Connection,
+];
+
+/// `kind`'s number in [`Shared::store_fault`].
+fn fault_code(kind: Unavailable) -> u8 {
+    FAULTS
+        .iter()
+        .position(|k| *k == kind)
+        .and_then(|i| u8::try_from(i + 1).ok())
+        .unwrap_or(0)
 }
 
 /// Why a drain runs: what the runner is asked to serve.
@@ -130,6 +164,7 @@ impl Turn {
             shared: Arc::new(Shared {
                 state: AtomicU8::new(OPEN),
                 committed: AtomicU64::new(setup.committed),
+                store_fault: AtomicU8::new(0),
             }),
             live: setup.live,
         }
@@ -140,15 +175,30 @@ impl Turn {
         DrainEnd(self.shared.clone())
     }
 
+    /// A handle that tells, after the drain, whether the store failed it.
+    pub(crate) fn fault_probe(&self) -> FaultProbe {
+        FaultProbe(self.shared.clone())
+    }
+
     /// Remembers that this turn committed event `seq`.
     fn committed(&self, seq: u64) {
         self.shared.committed.fetch_max(seq, Ordering::AcqRel);
     }
 
-    /// The error a write returned, remembering a fence (later live events are refused too).
+    /// The error a read or write returned, remembering a fence (later live events are refused
+    /// too) and a store fault (the drain's failure is then the store's, not the runner's).
     fn failed(&self, error: StoreError) -> Error {
         if matches!(error, StoreError::Fenced { .. }) {
             self.shared.state.store(FENCED, Ordering::Release);
+        }
+        if let Some(kind) = error.unavailable() {
+            let code = fault_code(kind);
+            let _ = self.shared.store_fault.compare_exchange(
+                0,
+                code,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
         }
         error.into()
     }
@@ -223,7 +273,10 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn pending(&self) -> Result<Vec<Admission>> {
-        Ok(self.journal.pending(self.session_id.clone()).await?)
+        self.journal
+            .pending(self.session_id.clone())
+            .await
+            .map_err(|e| self.failed(e))
     }
 
     /// Appends a message (`kind` such as `assistant`) to the transcript, with its
@@ -327,7 +380,10 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn context(&self) -> Result<Vec<Message>> {
-        Ok(self.journal.context(self.session_id.clone()).await?)
+        self.journal
+            .context(self.session_id.clone())
+            .await
+            .map_err(|e| self.failed(e))
     }
 
     /// The transcript messages with [`Message::seq`] greater than `after` (all when `None`),
@@ -344,10 +400,10 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn context_after(&self, after: Option<u64>) -> Result<Vec<Message>> {
-        Ok(self
-            .journal
+        self.journal
             .context_after(self.session_id.clone(), after)
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))
     }
 
     /// The newest `n` transcript messages, in order (oldest of them first): a bounded window
@@ -356,10 +412,10 @@ impl Turn {
     /// # Errors
     /// [`Error::Store`] when the read failed.
     pub async fn context_tail(&self, n: usize) -> Result<Vec<Message>> {
-        Ok(self
-            .journal
+        self.journal
             .context_tail(self.session_id.clone(), n)
-            .await?)
+            .await
+            .map_err(|e| self.failed(e))
     }
 }
 

@@ -173,11 +173,21 @@ pub(crate) trait Store {
     fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
     /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot`.
     fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError>;
+    /// The top-level sessions `boot` holds a claim on, with the seq each claim was taken at.
+    fn own_claims(&mut self, boot: &str) -> Result<Vec<(SessionId, u64)>, StoreError>;
     /// Unclaimed top-level sessions holding a pending input owed a turn.
     fn adoptable(&mut self) -> Result<Vec<SessionId>, StoreError>;
     /// Counts one resume attempt of a session claimed by another boot and takes the claim for
     /// `boot`; `None` when it is no longer claimed by another boot.
     fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError>;
+    /// Counts one more attempt of the turn `boot` itself claimed at seq `claim` (a turn of this
+    /// process the store failed under, resumed in place); `None` when that claim is not held.
+    fn count_own_resume(
+        &mut self,
+        id: &SessionId,
+        boot: &str,
+        claim: u64,
+    ) -> Result<Option<u32>, StoreError>;
     /// Counts one attempt of an unclaimed session owed a turn; `None` when it is claimed.
     fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError>;
     /// [`Store::count_resume`] of each of `ids`, in their order: those counted, with their

@@ -30,8 +30,8 @@ mod session;
 mod streams;
 
 pub(crate) use claim::{
-    claim, claim_counts, claim_state, count_adoption, count_resume, list_claimed, release,
-    release_child_claims,
+    claim, claim_counts, claim_state, count_adoption, count_own_resume, count_resume, list_claimed,
+    own_claims, release, release_child_claims,
 };
 #[allow(unused_imports)]
 pub(crate) use event::{

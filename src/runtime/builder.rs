@@ -213,6 +213,7 @@ impl RuntimeBuilder {
             runner,
             boot,
             idle_timeout: config.idle_timeout,
+            max_resume_attempts: config.max_resume_attempts,
             host: registry.clone(),
             live: fanout.clone(),
         });
@@ -258,6 +259,13 @@ impl RuntimeBuilder {
             runtime.inner.registry.clone(),
             runtime.inner.env.clone(),
             &runtime.inner.config,
+        );
+        // A claim of this process with no live turn here (its answer was lost, or its actor
+        // stopped) is settled while the runtime runs, not at the next restart.
+        crate::recovery::heal::start(
+            runtime.inner.registry.clone(),
+            runtime.inner.env.clone(),
+            runtime.inner.config.max_resume_attempts,
         );
         Ok(runtime)
     }

@@ -57,6 +57,9 @@ struct TurnState<T: Tokens> {
     interrupters: Vec<T::Interrupt>,
     /// Set once the exit is decided.
     terminal: Option<Terminal>,
+    /// The drain failed because the store was unavailable: the shell resumes the turn in place
+    /// once the store answers, instead of recording the failure (see [`Coordinator::healing`]).
+    healing: bool,
 }
 
 /// The per-session coordinator. `E` is the error type of the settle hook.
@@ -127,6 +130,13 @@ impl<T: Tokens, E> Coordinator<T, E> {
         self.boundary.get()
     }
 
+    /// Whether the current execution is an advisory one no caller waits on (a wake's turn).
+    pub fn is_advisory(&self) -> bool {
+        self.execution
+            .as_ref()
+            .is_some_and(|e| e.mode == Mode::Wake && e.runs.is_empty())
+    }
+
     /// Whether the scope was closed.
     #[allow(dead_code)]
     pub fn is_closed(&self) -> bool {
@@ -178,6 +188,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             post_stop_runs: Vec::new(),
             interrupters: Vec::new(),
             terminal: None,
+            healing: false,
         }));
         Effect::Start { execution: id }
     }
@@ -271,7 +282,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         let Some(e) = &mut self.execution else {
             return vec![Effect::AnswerInterrupt(token, false)];
         };
-        if e.phase == Phase::Settling {
+        if e.phase == Phase::Settling && !e.healing {
             // The outcome is decided; no reason attaches. Drop the wakes this interrupt covers.
             e.bell = e.bell.and_then(|b| b.after_interrupt(seq));
             return vec![Effect::AnswerInterrupt(token, false)];
@@ -420,6 +431,58 @@ impl<T: Tokens, E> Coordinator<T, E> {
             });
         }
         effects
+    }
+
+    /// The settling execution's drain failed because the store was unavailable: the shell
+    /// resumes the turn in place once the store answers ([`Coordinator::resumed`]) rather than
+    /// record the failure, or reports [`Coordinator::settled`] when the turn ended otherwise.
+    /// Until then an interrupt stops the turn as it would a running drain (it is carried out
+    /// when the resume is done), and wakes wait for the resumed drain. The `run` callers are
+    /// answered at once with `error` (the store's): the turn goes on without them.
+    pub fn healing(&mut self, error: E) -> Vec<Effect<T, E>>
+    where
+        E: Clone,
+    {
+        let Some(e) = &mut self.execution else {
+            return Vec::new();
+        };
+        if e.phase != Phase::Settling {
+            return Vec::new();
+        }
+        e.healing = true;
+        e.runs
+            .drain(..)
+            .map(|token| Effect::AnswerRun(token, Err(error.clone())))
+            .collect()
+    }
+
+    /// The healing execution's turn was resumed in place (its restart notice and claim are
+    /// committed): it drains again, forced — or, when an interrupt or the scope's close came
+    /// while it healed, settles as interrupted.
+    pub fn resumed(&mut self) -> Vec<Effect<T, E>> {
+        let closed = self.closed;
+        let Some(e) = &mut self.execution else {
+            return Vec::new();
+        };
+        if e.phase != Phase::Settling || !e.healing {
+            return Vec::new();
+        }
+        e.healing = false;
+        e.terminal = None;
+        e.phase = Phase::Draining;
+        if e.stopping || closed {
+            e.deliberate = true;
+            return self.settle(Exit::Interrupted);
+        }
+        e.mode = Mode::Run;
+        e.wake_seq = None;
+        let drain = next_id(&mut self.next_id);
+        e.drain = drain;
+        vec![Effect::Drain {
+            drain,
+            mode: Mode::Run,
+            wake_seq: None,
+        }]
     }
 
     /// The settle hook of the current execution finished (`Err` = the terminal commit failed;

@@ -545,6 +545,8 @@ impl StoreView {
     ///   whose turn never started); anything else is resurrected (a user-interrupted turn is
     ///   never resumed); a claim episode has at most `max_attempts` notices and its row at least
     ///   as many attempts as notices;
+    /// - no `started` follows an open claim without a releasing terminal or a restart notice in
+    ///   between (no turn is claimed over another);
     /// - no turn has two terminals: every terminal (releasing or `interrupted{shutdown}`)
     ///   follows a live claim, so between two `started` that begin a claim there is at most one
     ///   releasing terminal (an `aborted` one too);
@@ -604,8 +606,11 @@ impl StoreView {
             // A restart notice adopted a session that held no claim (owed a turn): the claim it
             // publishes right behind it begins an episode that already has that notice.
             let mut adopting = false;
+            // A restart notice came since the last `started`: a claim may be taken again.
+            let mut noticed = false;
             for (i, e) in events.iter().enumerate() {
                 if is_restart_notice(e) {
+                    noticed = true;
                     if events
                         .get(i + 1)
                         .is_none_or(|next| next.kind != kind::EXECUTION_STARTED)
@@ -637,6 +642,14 @@ impl StoreView {
                     continue;
                 }
                 if e.kind == kind::EXECUTION_STARTED {
+                    if claimed && !noticed {
+                        bad.push(format!(
+                            "{session}#{}: execution.started over an open claim, with no \
+                             terminal or restart notice in between",
+                            e.seq
+                        ));
+                    }
+                    noticed = false;
                     if !claimed {
                         claim_seq = Some(e.seq);
                         if !adopting {

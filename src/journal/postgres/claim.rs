@@ -155,6 +155,39 @@ pub(crate) fn count_adoption(conn: &mut PgConn, id: &SessionId) -> Result<Option
     counted(row)
 }
 
+/// The top-level sessions `boot` holds a claim on, with the seq each claim was taken at.
+pub(crate) fn own_claims(
+    conn: &mut PgConn,
+    boot: &str,
+) -> Result<Vec<(SessionId, u64)>, StoreError> {
+    let rows = conn.query(
+        "SELECT id, claim_seq FROM session \
+         WHERE time_suspended IS NOT NULL AND claim_boot = $1 AND claim_seq IS NOT NULL \
+           AND parent_id IS NULL",
+        &[&boot],
+    )?;
+    rows.iter()
+        .map(|row| Ok((session_id(row.try_get(0)?)?, seq_value(row.try_get(1)?)?)))
+        .collect()
+}
+
+/// Counts one more attempt of the turn `boot` claimed at `claim`; `None` when `id` holds no
+/// such claim (released, or taken by another node id).
+pub(crate) fn count_own_resume(
+    conn: &mut PgConn,
+    id: &SessionId,
+    boot: &str,
+    claim: u64,
+) -> Result<Option<u32>, StoreError> {
+    let row = conn.query_opt(
+        "UPDATE session SET resume_attempts = resume_attempts + 1 \
+         WHERE id = $1 AND time_suspended IS NOT NULL AND claim_boot = $2 AND claim_seq = $3 \
+         RETURNING resume_attempts",
+        &[&id.as_str(), &boot, &seq_param(claim)],
+    )?;
+    counted(row)
+}
+
 /// Decodes a column of session ids.
 fn ids(rows: Vec<postgres::Row>) -> Result<Vec<SessionId>, StoreError> {
     rows.iter().map(|row| session_id(row.try_get(0)?)).collect()

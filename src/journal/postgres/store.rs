@@ -203,6 +203,19 @@ impl Store for PgConn {
         claim::count_resume(self, id, boot)
     }
 
+    fn own_claims(&mut self, boot: &str) -> Result<Vec<(SessionId, u64)>, StoreError> {
+        claim::own_claims(self, boot)
+    }
+
+    fn count_own_resume(
+        &mut self,
+        id: &SessionId,
+        boot: &str,
+        claim: u64,
+    ) -> Result<Option<u32>, StoreError> {
+        claim::count_own_resume(self, id, boot, claim)
+    }
+
     fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError> {
         claim::count_adoption(self, id)
     }

@@ -244,12 +244,25 @@ impl Store for Connection {
         sqlite::list_claimed(self, exclude_boot)
     }
 
+    fn own_claims(&mut self, boot: &str) -> Result<Vec<(SessionId, u64)>, StoreError> {
+        sqlite::own_claims(self, boot)
+    }
+
     fn adoptable(&mut self) -> Result<Vec<SessionId>, StoreError> {
         sqlite::adoptable(self)
     }
 
     fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError> {
         sqlite::count_resume(self, id, boot)
+    }
+
+    fn count_own_resume(
+        &mut self,
+        id: &SessionId,
+        boot: &str,
+        claim: u64,
+    ) -> Result<Option<u32>, StoreError> {
+        sqlite::count_own_resume(self, id, boot, claim)
     }
 
     fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError> {

@@ -85,6 +85,49 @@ pub(crate) fn count_resume(
         .optional()?)
 }
 
+/// The top-level sessions `boot` holds a claim on, with the seq each claim was taken at.
+pub(crate) fn own_claims(
+    conn: &Connection,
+    boot: &str,
+) -> Result<Vec<(SessionId, u64)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT c.session_id, c.claim_seq \
+         FROM session_claim c CROSS JOIN session s ON s.id = c.session_id \
+         WHERE c.time_suspended IS NOT NULL AND c.claim_boot = ?1 AND c.claim_seq IS NOT NULL \
+           AND s.parent_id IS NULL",
+    )?;
+    let rows = stmt
+        .query_map([boot], |row| {
+            Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter()
+        .map(|(id, seq)| Ok((session_id(id)?, u64::try_from(seq).unwrap_or_default())))
+        .collect()
+}
+
+/// Counts one more attempt of the turn `boot` claimed at `claim` and returns the new count;
+/// `None` when `id` holds no such claim (released, or taken by another boot).
+pub(crate) fn count_own_resume(
+    conn: &Connection,
+    id: &SessionId,
+    boot: &str,
+    claim: u64,
+) -> Result<Option<u32>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE session_claim SET resume_attempts = resume_attempts + 1 \
+         WHERE session_id = ?1 AND time_suspended IS NOT NULL AND claim_boot = ?2 \
+           AND claim_seq = ?3 \
+         RETURNING resume_attempts",
+    )?;
+    Ok(stmt
+        .query_row(
+            rusqlite::params![id.as_str(), boot, seq_param(claim)],
+            |row| row.get(0),
+        )
+        .optional()?)
+}
+
 /// Counts one resume attempt of `id` when it holds no claim (the restart sweep adopting a
 /// session owed a turn) and returns the new count; `None` when the session is gone or claimed
 /// (a turn of this process, or a concurrent sweep, took it since it was listed). The count

@@ -51,6 +51,7 @@ fn defect(message: &str) -> Exit {
 }
 
 mod executions;
+mod healing;
 mod interrupts;
 mod regressions;
 mod successors;

@@ -177,6 +177,28 @@ impl Sim {
         self.apply(key, effects);
     }
 
+    /// The held settle hook of `key` found the drain's failure was the store's: the shell
+    /// heals the turn instead of recording it ([`Coordinator::healing`]).
+    pub(crate) fn heal(&mut self, key: &str) {
+        assert!(
+            self.pending_settles.contains(key),
+            "no held settle hook for {key}"
+        );
+        let effects = self.coord(key).healing("store unavailable".to_owned());
+        self.apply(key, effects);
+    }
+
+    /// The healing turn of `key` was resumed in place ([`Coordinator::resumed`]).
+    pub(crate) fn resume_healed(&mut self, key: &str) {
+        self.clock += 1;
+        assert!(
+            self.pending_settles.remove(key),
+            "no held settle hook for {key}"
+        );
+        let effects = self.coord(key).resumed();
+        self.apply(key, effects);
+    }
+
     /// The running drain of `key` returns `exit`.
     pub(crate) fn finish(&mut self, key: &str, exit: Exit) {
         self.finish_in(key, DrainState::Running, exit);

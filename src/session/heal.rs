@@ -1,0 +1,210 @@
+//! What a session actor does when the store fails under a turn: an open claim is the truth.
+//!
+//! - A claim or a terminal that could not be committed because the store is unavailable
+//!   (`StoreError::unavailable`) is tried again with backoff until the store takes it; the
+//!   turn stays in its hook meanwhile, so wakes coalesce behind it and nothing claims over it.
+//! - A drain that failed because a read or write of its turn found the store unavailable is not
+//!   the runner's failure: the turn is kept claimed and, once the store answers, resumed in
+//!   place by the restart sweep's rules (`Journal::heal_turn`: an attempt counted, the restart
+//!   notice, `Turn::resumption` naming what it had promoted; `failed{aborted}` over budget).
+//!
+//! A shutdown ends the retries: the claim stays, and the next boot resumes the turn.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+
+use super::SessionActor;
+use crate::error::StoreError;
+use crate::journal::Swept;
+use crate::outcome::{InterruptReason, Terminal};
+
+/// The first wait before a write the store refused is tried again.
+const FIRST_RETRY: Duration = Duration::from_millis(50);
+/// The longest wait between two tries.
+const LAST_RETRY: Duration = Duration::from_secs(2);
+
+/// How long to wait before try `attempt + 1` (doubling from [`FIRST_RETRY`] up to
+/// [`LAST_RETRY`]).
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    FIRST_RETRY
+        .saturating_mul(1 << attempt.min(16))
+        .min(LAST_RETRY)
+}
+
+impl SessionActor {
+    /// When `error` is a store fault and the runtime is not shutting down, schedules `again`
+    /// after the backoff of `attempt` and returns true; otherwise returns false.
+    pub(super) fn retry_later(
+        &mut self,
+        error: &StoreError,
+        attempt: u32,
+        ctx: &mut Context<Self>,
+        again: impl FnOnce(&mut Self, &mut Context<Self>) + 'static,
+    ) -> bool {
+        let Some(kind) = error.unavailable() else {
+            return false;
+        };
+        if self.coordinator.is_closed() {
+            return false;
+        }
+        let delay = backoff(attempt);
+        if attempt == 0 {
+            log::warn!(
+                "session {}: the store is unavailable ({kind}: {error}); trying again",
+                self.id
+            );
+        } else {
+            log::debug!(
+                "session {}: still unavailable, next try in {delay:?}",
+                self.id
+            );
+        }
+        ctx.run_later(delay, again);
+        true
+    }
+
+    /// Commits the terminal event (+ release unless shutdown), then reports. A store fault is
+    /// tried again (see [`SessionActor::retry_later`]); before a retry, a claim already
+    /// released means the earlier try committed after all, and nothing is written twice.
+    pub(super) fn commit_terminal(
+        &mut self,
+        terminal: Terminal,
+        attempt: u32,
+        ctx: &mut Context<Self>,
+    ) {
+        let best_effort = matches!(
+            terminal,
+            Terminal::Interrupted {
+                reason: InterruptReason::Shutdown
+            }
+        );
+        let journal = self.env.journal.clone();
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
+        let settle = journal.settle_turn(id.clone(), terminal.clone(), epoch);
+        let commit = async move {
+            if attempt > 0 && journal.claimed_by(id, boot).await?.is_none() {
+                // The earlier try committed (its answer was lost with the connection).
+                return Ok(None);
+            }
+            settle.await
+        };
+        ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            let (result, next) = match result {
+                Ok(next) => (Ok(()), next),
+                Err(e @ StoreError::Fenced { .. }) => {
+                    // Another node owns the turn now: it records how the turn ends.
+                    log::warn!("session {}: fenced: {e}", act.id);
+                    act.fenced = true;
+                    (Err(Arc::new(e)), None)
+                }
+                Err(e) if best_effort => {
+                    log::warn!("session {}: could not record shutdown: {e}", act.id);
+                    (Ok(()), None)
+                }
+                Err(e) => {
+                    let retry = terminal.clone();
+                    if act.retry_later(&e, attempt, ctx, move |act, ctx| {
+                        act.commit_terminal(retry, attempt + 1, ctx);
+                    }) {
+                        return;
+                    }
+                    log::error!(
+                        "session {}: could not record the turn's {}: {e}",
+                        act.id,
+                        ending(&terminal)
+                    );
+                    (Err(Arc::new(e)), None)
+                }
+            };
+            let effects = act.coordinator.settled(result);
+            act.apply(effects, ctx);
+            if let Some(seq) = next {
+                // Queued prompts each run in a turn of their own, in admission order: the next
+                // one starts once this turn settled (unless a successor already runs).
+                if !act.coordinator.is_active() {
+                    let effects = act.coordinator.wake(Some(seq));
+                    act.apply(effects, ctx);
+                }
+            }
+        }));
+    }
+
+    /// Settles, by the restart sweep's rules, the turn whose drain the store failed: resumed in
+    /// place (it drains again as a recovery), or ended (aborted over budget, interrupted by a
+    /// request that came first). Tried again with backoff while the store is unavailable.
+    pub(super) fn heal(&mut self, attempt: u32, ctx: &mut Context<Self>) {
+        let journal = self.env.journal.clone();
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
+        let max = self.env.max_resume_attempts;
+        let healed = async move { journal.heal_turn(id, boot, None, Some(epoch), max).await };
+        ctx.spawn(healed.into_actor(self).map(move |result, act, ctx| {
+            let swept = match result {
+                Ok(swept) => swept,
+                Err(e) => {
+                    if act.retry_later(&e, attempt, ctx, move |act, ctx| {
+                        act.heal(attempt + 1, ctx);
+                    }) {
+                        return;
+                    }
+                    log::error!("session {}: could not resume the turn: {e}", act.id);
+                    act.fenced |= matches!(e, StoreError::Fenced { .. });
+                    let effects = act.coordinator.settled(Err(Arc::new(e)));
+                    act.apply(effects, ctx);
+                    return;
+                }
+            };
+            let resumed = swept.into_iter().find_map(|swept| match swept {
+                Swept::Resumed(_, resumption) => Some(resumption),
+                _ => None,
+            });
+            let Some(resumption) = resumed else {
+                // Ended by the sweep's rules (recorded), or no longer claimed.
+                let effects = act.coordinator.settled(Ok(()));
+                act.apply(effects, ctx);
+                return;
+            };
+            log::info!(
+                "session {}: the store answers again; resuming the turn (attempt {} of {})",
+                act.id,
+                resumption.attempt,
+                resumption.max_attempts
+            );
+            let running = act.running.get_or_insert_with(Box::default);
+            running.committed = Some(resumption.notice_seq);
+            running.recovery = Some(resumption);
+            let effects = act.coordinator.resumed();
+            act.apply(effects, ctx);
+            // Only a drain this resume started takes the resumption.
+            if let Some(running) = act.running.as_mut() {
+                running.recovery = None;
+                if running.drain.is_none() {
+                    act.running = None;
+                }
+            }
+        }));
+    }
+}
+
+/// The turn's ending, named in the log when it cannot be recorded.
+fn ending(terminal: &Terminal) -> &'static str {
+    match terminal {
+        Terminal::Succeeded => "success",
+        Terminal::Failed { .. } => "failure",
+        Terminal::Interrupted { .. } => "interruption",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_its_ceiling() {
+        assert_eq!(backoff(0), FIRST_RETRY);
+        assert_eq!(backoff(1), FIRST_RETRY * 2);
+        assert_eq!(backoff(5), LAST_RETRY.min(FIRST_RETRY * 32));
+        assert_eq!(backoff(40), LAST_RETRY);
+    }
+}
