@@ -165,7 +165,7 @@ use actix_web::{guard as route_guard, web, HttpRequest, HttpResponse, ResponseEr
 
 use crate::runtime::Runtime;
 
-pub use error::ApiError;
+pub use error::{ApiError, STORE_RETRY_AFTER_SECS};
 pub use serve::{serve, JsonErrors, ServeOptions};
 
 /// Options of the HTTP adapter.
