@@ -8,6 +8,8 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
 use crate::error::{Error, StoreError, Unavailable};
+#[cfg(doc)]
+use crate::http::HttpOptions;
 
 /// The `Retry-After` of a `503 store_unavailable`, in seconds: long enough that a client does
 /// not hammer a store that is down, short enough that a lock or a full disk that clears is
@@ -22,7 +24,10 @@ pub const STORE_RETRY_AFTER_SECS: u64 = 2;
 /// | 400 | `invalid_input` | an invalid id, prompt, title, limit, query value or `Last-Event-ID` |
 /// | 400 | `malformed_json` | a body that is not JSON of the expected shape |
 /// | 401 | `unauthorized` | a bearer token is configured and the request lacks it (or an event stream's ticket) |
+/// | 400 | `invalid_input` | also a malformed CORS preflight |
 /// | 403 | `origin_not_allowed` | an `Origin` that is neither the server's own nor an allowed one |
+/// | 403 | `cors_not_allowed` | a CORS preflight asking for a method or header cross-origin callers may not use |
+/// | 421 | `host_not_allowed` | a `Host` the server does not answer to (see [`HttpOptions::allowed_host`]) |
 /// | 404 | `not_found` | an unknown session, message or route |
 /// | 405 | `method_not_allowed` | a known route with another method |
 /// | 408 | `request_timeout` | a body that did not arrive within the body timeout |
