@@ -77,6 +77,12 @@ struct Args {
     /// repeat for more.
     #[arg(long = "cors-origin", value_name = "ORIGIN")]
     cors_origins: Vec<String>,
+    /// Also answer requests whose Host header names NAME (any port; `*` for any host); repeat
+    /// for more. localhost, 127.0.0.1 and [::1] are always answered; on a loopback --addr
+    /// nothing else is unless named here (DNS rebinding), elsewhere any host is unless some are
+    /// named.
+    #[arg(long = "allowed-host", value_name = "NAME")]
+    allowed_hosts: Vec<String>,
     /// Restart-resumes per turn before it is aborted.
     #[arg(long, default_value_t = 10)]
     max_resume_attempts: u32,
@@ -360,6 +366,7 @@ async fn run(args: Args) -> Fallible {
     for origin in &args.cors_origins {
         options = options.cors_origin(origin);
     }
+    options = options.allowed_hosts(&args.allowed_hosts);
     let app_runtime = runtime.clone();
     let addr = listeners
         .first()

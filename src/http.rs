@@ -48,7 +48,7 @@
 //! | `POST /sessions/{id}/events/ticket` | | 200 `{ticket, expires_at, expires_in_ms}` |
 //! | `GET /events` | `?ticket=` | `text/event-stream`: every session's committed events as they commit (no replay; no live-only events) |
 //! | `POST /events/ticket` | | 200 a ticket for `GET /events` |
-//! | `GET /healthz` | | 200 `{"status": "ok"}` (never needs the token) |
+//! | `GET /healthz` | | 200 `{"status": "ok"}` (never needs the token; answers any `Host`) |
 //! | `GET /stats` | | 200 `{sessions_live, claimed, oldest_claim_age_ms, active_turns, transactions_committed, largest_batch, write_requests, failed_write_requests, actors_started, actors_replaced, event_streams}` |
 //! | `GET /console` | | the operator console (an HTML page; see below) |
 //!
@@ -126,9 +126,17 @@
 //! Cross-site requests: a request with an `Origin` header is refused (403 `origin_not_allowed`)
 //! unless the origin is the server's own (the `Host` it was sent to) or one allowed with
 //! [`HttpOptions::cors_origin`]; for allowed origins, CORS preflights are answered and responses
-//! carry `Access-Control-Allow-Origin` (`actix-cors`). Together with the JSON content type,
-//! this keeps a page of another site from posting a prompt to a token-less server on
-//! `127.0.0.1`.
+//! carry `Access-Control-Allow-Origin` (`actix-cors`; a preflight it refuses is a JSON 403
+//! `cors_not_allowed`). Together with the JSON content type, this keeps a page of another site
+//! from posting a prompt to a token-less server on `127.0.0.1`.
+//!
+//! DNS rebinding: a page of another site whose name is re-pointed to `127.0.0.1` calls the
+//! server as its own origin, with its own name in `Host`. So every route but `GET /healthz`
+//! checks `Host` first and answers a host it does not serve with 421 `host_not_allowed`. A
+//! server on a loopback address answers to `localhost`, `127.0.0.1` and `[::1]` (any port) and
+//! the hosts named with [`HttpOptions::allowed_host`]; one on another address (`0.0.0.0`)
+//! answers to any host unless some are named. [`configure`] learns the listener's address from
+//! actix-web, so an embedded server gets the same default (see [`HttpOptions::allowed_host`]).
 //!
 //! # The console
 //!
@@ -165,7 +173,7 @@ use actix_web::{guard as route_guard, web, HttpRequest, HttpResponse, ResponseEr
 
 use crate::runtime::Runtime;
 
-pub use error::ApiError;
+pub use error::{ApiError, STORE_RETRY_AFTER_SECS};
 pub use serve::{serve, JsonErrors, ServeOptions};
 
 /// Options of the HTTP adapter.
@@ -176,6 +184,7 @@ pub struct HttpOptions {
     keep_alive: Duration,
     body_timeout: Duration,
     cors_origins: Vec<String>,
+    allowed_hosts: Vec<String>,
     ticket_ttl: Duration,
     console: bool,
 }
@@ -188,6 +197,7 @@ impl std::fmt::Debug for HttpOptions {
             .field("keep_alive", &self.keep_alive)
             .field("body_timeout", &self.body_timeout)
             .field("cors_origins", &self.cors_origins)
+            .field("allowed_hosts", &self.allowed_hosts)
             .field("ticket_ttl", &self.ticket_ttl)
             .field("console", &self.console)
             .finish()
@@ -202,6 +212,7 @@ impl Default for HttpOptions {
             keep_alive: Duration::from_secs(15),
             body_timeout: Duration::from_secs(5),
             cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             ticket_ttl: Duration::from_secs(60),
             console: true,
         }
@@ -210,7 +221,8 @@ impl Default for HttpOptions {
 
 impl HttpOptions {
     /// The defaults: no token, 2 MiB bodies read within 5 s, a keep-alive comment every 15 s,
-    /// no cross-origin caller allowed, 60 s event-stream tickets, the console served.
+    /// no cross-origin caller allowed, only the loopback names as `Host` on a loopback
+    /// listener, 60 s event-stream tickets, the console served.
     pub fn new() -> Self {
         Self::default()
     }
@@ -256,6 +268,47 @@ impl HttpOptions {
         self
     }
 
+    /// Also accepts requests whose `Host` names `host` (a host name or IP address, any port;
+    /// `"*"` accepts every host). Call it once per name, or use [`HttpOptions::allowed_hosts`].
+    ///
+    /// Every request but `GET /healthz` must name an accepted host in its `Host` header, or it
+    /// is refused with `421 Misdirected Request` (`host_not_allowed`) before anything else runs:
+    /// this keeps out DNS rebinding, where a page of `http://evil.example:8080` whose name an
+    /// attacker re-points to `127.0.0.1` calls a server on this machine as its own origin. 421
+    /// rather than 403: nothing is wrong with the caller's rights, the request reached a server
+    /// that does not serve that host. `GET /healthz` answers any host: a liveness probe may name
+    /// the server in any way, and the answer reveals nothing. Accepted are:
+    ///
+    /// - always `localhost`, `127.0.0.1` and `[::1]`, with any port;
+    /// - the hosts given here;
+    /// - when none are given and the listener the request came through is *not* a loopback
+    ///   address (`0.0.0.0`, a LAN address), any host. Such a server is reachable as
+    ///   `localhost` too: name its hosts here (or set a token) to keep rebinding pages out.
+    ///
+    /// The listener is the one [`serve`] or `actix_web::HttpServer` bound (actix-web's
+    /// `AppConfig::local_addr`), so [`configure`] needs no address; an app run without one
+    /// (actix-web's default configuration names `127.0.0.1:8080`, a Unix socket too) counts as
+    /// loopback. Behind a reverse proxy on the same machine, name the public host here. A request
+    /// without a `Host` header is not refused (browsers always send one); `Forwarded` and
+    /// `X-Forwarded-Host` are not read (a rebinding page may set them).
+    pub fn allowed_host(mut self, host: impl AsRef<str>) -> Self {
+        let host = guard::host_name(host.as_ref());
+        if !host.is_empty() && !self.allowed_hosts.contains(&host) {
+            self.allowed_hosts.push(host);
+        }
+        self
+    }
+
+    /// [`HttpOptions::allowed_host`] for each of `hosts`: the host names (or addresses) that
+    /// requests may name in `Host` besides the loopback names.
+    pub fn allowed_hosts<I>(self, hosts: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        hosts.into_iter().fold(self, Self::allowed_host)
+    }
+
     /// How long an event-stream ticket (`POST /sessions/{id}/events/ticket`) stays valid.
     /// Default 60 s.
     pub fn ticket_ttl(mut self, ttl: Duration) -> Self {
@@ -290,6 +343,15 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
     move |cfg| {
         let serve_console = options.console;
         let state = web::Data::new(State { runtime, options });
+        // `/healthz` answers whatever `Host` it is sent (a liveness probe may name the server
+        // in any way, and the answer reveals nothing).
+        let healthz = |path: &str| {
+            web::resource(path)
+                .app_data(state.clone())
+                .wrap(guard::cors(&state.options))
+                .wrap(from_fn(guard::screen_any_host))
+                .default_service(web::to(method_not_allowed))
+        };
         let open = |path: &str| {
             web::resource(path)
                 .app_data(state.clone())
@@ -305,7 +367,7 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
                 .wrap(from_fn(guard::screen))
                 .default_service(web::to(method_not_allowed))
         };
-        cfg.service(open("/healthz").route(get_or_head().to(sessions::healthz)))
+        cfg.service(healthz("/healthz").route(get_or_head().to(sessions::healthz)))
             .service(guarded("/stats").route(get_or_head().to(sessions::stats)))
             .service(
                 guarded("/sessions")

@@ -275,6 +275,8 @@ struct Harness {
     api: Api,
     runtime: Runtime,
     server: ServerHandle,
+    /// The runtime's SQLite file.
+    db: std::path::PathBuf,
     _dir: TempDir,
 }
 
@@ -290,8 +292,9 @@ impl Harness {
     ) -> Self {
         let _ = env_logger::builder().is_test(true).try_init();
         let dir = tempfile::tempdir().expect("tempdir");
+        let db = dir.path().join("http.db");
         let builder = Runtime::builder()
-            .database(dir.path().join("http.db"))
+            .database(&db)
             .runner(TestAgent)
             .arbiters(2)
             .shutdown_grace(Duration::from_secs(2));
@@ -315,6 +318,7 @@ impl Harness {
             api: Api::new(format!("http://{addr}")),
             runtime,
             server: handle,
+            db,
             _dir: dir,
         }
     }
@@ -1116,6 +1120,90 @@ async fn a_shut_down_runtime_answers_503() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
     );
     h.server.stop(false).await;
+}
+
+/// Posts `body` to `path` and returns the status, the `Retry-After` header and the JSON body.
+async fn post_with_retry_after(api: &Api, path: &str, body: Value) -> (u16, Option<String>, Value) {
+    let mut response = api
+        .request(Method::POST, path)
+        .insert_header(("Content-Type", "application/json"))
+        .send_body(body.to_string())
+        .await
+        .expect("a response");
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = response.body().await.expect("the body");
+    let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (response.status().as_u16(), retry_after, value)
+}
+
+/// The database file and its WAL made read-only under the running server (`chattr +i` as root;
+/// the `-shm` file is left alone, as in `tests/store_faults.rs`: an immutable mapped file
+/// faults the process): a prompt is answered 503 `store_unavailable` naming the fault, with
+/// `Retry-After`, and `/stats` counts the failed write; once the files are writable again the
+/// exact retry of the prompt is 202.
+#[cfg(unix)]
+#[actix_rt::test]
+async fn a_store_fault_is_503_store_unavailable_with_retry_after() {
+    let h = Harness::start(HttpOptions::new()).await;
+    h.session("fault").await;
+    let prompt = json!({ "id": "p1", "text": "hello" });
+    let (status, body) = h
+        .api
+        .post(
+            "/sessions/fault/prompt",
+            json!({ "id": "p0", "text": "first" }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    h.transcript("fault", 2).await;
+    let wal = std::path::PathBuf::from(format!("{}-wal", h.db.display()));
+    let skip = |why: &str| {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "the store fault cannot be made here ({why}); CI must run this test"
+        );
+        println!("skipped: {why}");
+    };
+    let Some(read_only) = common::ReadOnly::set(&[h.db.clone(), wal]) else {
+        skip("cannot make the database files read-only (chattr/chmod failed)");
+        h.stop().await;
+        return;
+    };
+    let (status, retry_after, body) =
+        post_with_retry_after(&h.api, "/sessions/fault/prompt", prompt.clone()).await;
+    if status == 202 && !read_only.immutable() {
+        skip("chmod 0444 does not stop writes through open files (chattr +i needs root)");
+        drop(read_only);
+        h.stop().await;
+        return;
+    }
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(error_type(&body), "store_unavailable", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("I/O error") || message.contains("read-only"),
+        "the message names the fault: {message}"
+    );
+    let seconds: u64 = retry_after
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("Retry-After in seconds: {retry_after:?}"));
+    assert!((1..=5).contains(&seconds), "Retry-After: {seconds}");
+    let (status, stats) = h.api.get("/stats").await;
+    assert_eq!(status, StatusCode::OK, "{stats}");
+    assert!(
+        stats["failed_write_requests"].as_u64() >= Some(1),
+        "the failed write is counted: {stats}"
+    );
+    drop(read_only);
+    let (status, _, body) = post_with_retry_after(&h.api, "/sessions/fault/prompt", prompt).await;
+    assert_eq!(status, 202, "the exact retry once writable: {body}");
+    h.transcript("fault", 4).await;
+    h.stop().await;
 }
 
 /// A `server` example child process; killed (SIGKILL) when dropped.

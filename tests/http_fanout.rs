@@ -21,7 +21,7 @@ use common::WAIT;
 async fn stats(server: &WebServer) -> Value {
     let response = raw_async(
         server.addr,
-        "GET /stats HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_owned(),
+        "GET /stats HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned(),
         Duration::from_secs(5),
     )
     .await;
@@ -53,7 +53,7 @@ fn threads_named(name: &str) -> usize {
 /// Opens an event stream on a raw connection and reads until its opening comment arrived.
 fn open_stream(addr: std::net::SocketAddr, session: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
-    let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: x\r\n\r\n");
+    let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: localhost\r\n\r\n");
     stream.write_all(request.as_bytes()).expect("request");
     stream.set_read_timeout(Some(WAIT)).expect("read timeout");
     let mut got = Vec::new();

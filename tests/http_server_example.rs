@@ -1,5 +1,5 @@
 //! The `server` example as a program, run as a child process: its flags come from clap (`--help`,
-//! `DURABLE_SESSIONS_TOKEN`, repeatable `--cors-origin`), its errors name what failed (the
+//! `DURABLE_SESSIONS_TOKEN`, repeatable `--cors-origin` and `--allowed-host`), its errors name what failed (the
 //! address, the database file), and it stops on SIGTERM even when its stdout is closed
 //! (`server | head -1`); its retention flags compact an idle session's log.
 #![cfg(feature = "http")]
@@ -22,6 +22,7 @@ fn help_lists_the_flags_and_the_token_variable() {
         "--token",
         "DURABLE_SESSIONS_TOKEN",
         "--cors-origin",
+        "--allowed-host",
         "--word-delay-ms",
         "--body-timeout-ms",
         "--max-resume-attempts",
@@ -113,6 +114,36 @@ fn sigterm_stops_the_server_when_its_stdout_is_closed() {
     assert!(status.success(), "{status}");
 }
 
+/// `--allowed-host` given twice answers both hosts besides the loopback names, and refuses
+/// any other `Host` with 421 on its loopback address.
+#[actix_rt::test]
+async fn repeated_allowed_hosts_take_effect() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = ServerChild::spawn(
+        &dir.path().join("h.db"),
+        &[
+            "--allowed-host",
+            "one.example",
+            "--allowed-host",
+            "two.example:9",
+        ],
+    );
+    let addr = server.addr();
+    for (host, status) in [
+        ("one.example:8080", 200),
+        ("two.example", 200),
+        ("localhost:1", 200),
+        ("three.example", 421),
+    ] {
+        let request = format!("GET /stats HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        let answer = raw_async(addr, request, Duration::from_secs(2)).await;
+        assert_eq!(answer.status, status, "{host}: {answer:?}");
+        if status == 421 {
+            assert_eq!(answer.error_type(), "host_not_allowed", "{answer:?}");
+        }
+    }
+}
+
 /// `DURABLE_SESSIONS_TOKEN` guards the routes like `--token`; `--cors-origin` given twice allows
 /// both origins (their preflights are answered) and no other.
 #[actix_rt::test]
@@ -135,7 +166,7 @@ async fn the_token_variable_and_repeated_cors_origins_take_effect() {
         ("http://three.example", false),
     ] {
         let preflight = format!(
-            "OPTIONS /sessions HTTP/1.1\r\nHost: x\r\nOrigin: {origin}\r\n\
+            "OPTIONS /sessions HTTP/1.1\r\nHost: localhost\r\nOrigin: {origin}\r\n\
              Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n"
         );
         let answer = raw_async(addr, preflight, Duration::from_secs(2)).await;
@@ -167,8 +198,9 @@ async fn the_token_variable_and_repeated_cors_origins_take_effect() {
         .trim_start_matches("listening on http://")
         .parse()
         .expect("the address");
-    let get =
-        |auth: &str| format!("GET /stats HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n");
+    let get = |auth: &str| {
+        format!("GET /stats HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
+    };
     let denied = raw_async(addr, get(""), Duration::from_secs(2)).await;
     assert_eq!(denied.status, 401, "{denied:?}");
     let allowed = raw_async(
@@ -210,7 +242,7 @@ async fn the_retention_flags_compact_an_idle_session_and_keep_its_transcript() {
     let addr = server.addr();
     let request = |method: &str, path: &str, body: &str| {
         format!(
-            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
              Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         )

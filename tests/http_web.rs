@@ -10,11 +10,12 @@ mod common;
 use std::time::Duration;
 
 use actix_web::http::{Method, StatusCode};
-use durable_sessions::http::HttpOptions;
+use actix_web::{App, HttpServer};
+use durable_sessions::http::{self, HttpOptions};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::web::{raw_async, WebServer};
+use common::web::{raw_async, WebServer, WordAgent};
 use common::WAIT;
 
 /// A quiet period after which a raw read gives up waiting for more bytes.
@@ -123,6 +124,147 @@ async fn cors_allows_configured_origins_and_refuses_others() {
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
     assert!(headers.get("access-control-allow-origin").is_none());
     server.stop().await;
+}
+
+/// A preflight from an allowed origin that asks for a method or a header cross-origin callers
+/// may not use is refused by CORS with a JSON body (`cors_not_allowed`) and
+/// `Content-Type: application/json`, not actix-cors's plain text.
+#[actix_rt::test]
+async fn a_refused_cors_preflight_is_json() {
+    let allowed = "http://app.example:5173";
+    let server = WebServer::start(
+        HttpOptions::new().cors_origin(allowed),
+        Duration::from_millis(1),
+    )
+    .await;
+    let base = server.base();
+    for (method, headers) in [("PUT", "content-type"), ("POST", "x-custom")] {
+        let request = client()
+            .request(Method::OPTIONS, format!("{base}/sessions"))
+            .insert_header(("Origin", allowed))
+            .insert_header(("Access-Control-Request-Method", method))
+            .insert_header(("Access-Control-Request-Headers", headers));
+        let (status, response_headers, body) = send(request, None).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{method} {headers}: {body}");
+        assert_eq!(error_type(&body), "cors_not_allowed", "{body}");
+        assert!(body["error"]["message"].as_str().is_some(), "{body}");
+        assert_eq!(
+            response_headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok()),
+            Some("application/json"),
+            "{method} {headers}"
+        );
+    }
+    server.stop().await;
+}
+
+/// DNS rebinding: a page of `http://evil.example:8080` whose name resolves to 127.0.0.1 sends
+/// `Host: evil.example:8080` (and, as its own origin, a matching `Origin`). A server on a
+/// loopback address refuses it with a JSON 421 `host_not_allowed` and creates nothing; the
+/// loopback names and an explicitly allowed host are served. Both through `http::serve` and
+/// through `http::configure` on actix-web's `HttpServer` (which learns its listener from
+/// actix-web); a listener on `0.0.0.0` answers to any host by default.
+#[actix_rt::test]
+async fn a_request_with_a_foreign_host_is_refused() {
+    let server = WebServer::start(
+        HttpOptions::new().allowed_host("app.example"),
+        Duration::from_millis(1),
+    )
+    .await;
+    let base = server.base();
+    let port = server.addr.port();
+    let create_as = |host: &str, origin: Option<&str>, id: &str| {
+        let mut request = client()
+            .post(format!("{base}/sessions"))
+            .insert_header(("Host", host.to_owned()))
+            .insert_header(("Content-Type", "application/json"));
+        if let Some(origin) = origin {
+            request = request.insert_header(("Origin", origin.to_owned()));
+        }
+        let body = json!({ "id": id }).to_string();
+        async move { send(request, Some(&body)).await }
+    };
+    for origin in [None, Some("http://evil.example:8080")] {
+        let (status, headers, body) = create_as("evil.example:8080", origin, "evil").await;
+        assert_eq!(
+            status,
+            StatusCode::MISDIRECTED_REQUEST,
+            "{origin:?}: {body}"
+        );
+        assert_eq!(error_type(&body), "host_not_allowed", "{body}");
+        assert_eq!(
+            headers.get("content-type").and_then(|v| v.to_str().ok()),
+            Some("application/json")
+        );
+    }
+    let (status, _, body) = send(client().get(format!("{base}/sessions")), None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!([]), "a refused request created nothing");
+    let accepted = [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        format!("app.example:{port}"),
+    ];
+    for (i, host) in accepted.iter().enumerate() {
+        let origin = format!("http://{host}");
+        let (status, _, body) = create_as(host, Some(&origin), &format!("ok{i}")).await;
+        assert_eq!(status, StatusCode::CREATED, "{host}: {body}");
+    }
+    // `/healthz` answers any host.
+    let healthz = client()
+        .get(format!("{base}/healthz"))
+        .insert_header(("Host", "evil.example:8080"));
+    assert_eq!(send(healthz, None).await.0, StatusCode::OK);
+    server.stop().await;
+
+    // Embedded with `http::configure` on actix-web's own server: a loopback listener and one on
+    // every address (reached here through 127.0.0.1).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let runtime = durable_sessions::Runtime::builder()
+        .database(dir.path().join("embedded.db"))
+        .runner(WordAgent {
+            delay: Duration::from_millis(1),
+        })
+        .arbiters(1)
+        .start()
+        .await
+        .expect("runtime starts");
+    let app_runtime = runtime.clone();
+    let embedded = HttpServer::new(move || {
+        App::new().configure(http::configure(app_runtime.clone(), HttpOptions::new()))
+    })
+    .workers(1)
+    .disable_signals()
+    .shutdown_timeout(1)
+    .bind(("127.0.0.1", 0))
+    .expect("bind loopback")
+    .bind(("0.0.0.0", 0))
+    .expect("bind every address");
+    let ports: Vec<u16> = embedded.addrs().iter().map(|a| a.port()).collect();
+    let embedded = embedded.run();
+    let handle = embedded.handle();
+    actix_rt::spawn(embedded);
+    for (port, refused) in ports.iter().zip([true, false]) {
+        let request = client()
+            .post(format!("http://127.0.0.1:{port}/sessions"))
+            .insert_header(("Host", "evil.example:8080"))
+            .insert_header(("Content-Type", "application/json"));
+        let (status, _, body) = send(request, Some(&json!({ "id": "e" }).to_string())).await;
+        if refused {
+            assert_eq!(status, StatusCode::MISDIRECTED_REQUEST, "{body}");
+            assert_eq!(error_type(&body), "host_not_allowed");
+        } else {
+            assert_eq!(
+                status,
+                StatusCode::CREATED,
+                "0.0.0.0 answers any host: {body}"
+            );
+        }
+    }
+    handle.stop(false).await;
+    runtime.shutdown().await;
 }
 
 /// What a foreign page's `fetch(…, {mode: "no-cors", method: "POST"})` sends (a `text/plain`
@@ -264,7 +406,7 @@ async fn slow_bodies_are_cut_off_with_408() {
     let started = std::time::Instant::now();
     let never = raw_async(
         addr,
-        "POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+        "POST /sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
          Content-Length: 40\r\n\r\n{"
             .to_owned(),
         Duration::from_secs(20),
@@ -274,7 +416,7 @@ async fn slow_bodies_are_cut_off_with_408() {
         let mut stream = std::net::TcpStream::connect(addr).expect("connect");
         stream
             .write_all(
-                b"POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                b"POST /sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
                   Content-Length: 40\r\n\r\n",
             )
             .expect("headers");
@@ -288,7 +430,7 @@ async fn slow_bodies_are_cut_off_with_408() {
     });
     let health = raw_async(
         addr,
-        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_owned(),
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned(),
         QUIET,
     )
     .await;
@@ -329,7 +471,7 @@ async fn odd_requests_get_json_answers() {
 
     let head = raw_async(
         addr,
-        "HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_owned(),
+        "HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned(),
         QUIET,
     )
     .await;
@@ -337,14 +479,14 @@ async fn odd_requests_get_json_answers() {
     assert_eq!(head.body, "", "HEAD has no body");
     let head = raw_async(
         addr,
-        "HEAD /sessions/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_owned(),
+        "HEAD /sessions/nope HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned(),
         QUIET,
     )
     .await;
     assert_eq!(head.status, 404, "{head:?}");
     let head = raw_async(
         addr,
-        "HEAD /sessions/%EF%BF%BD%EF%BF%BD/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        "HEAD /sessions/%EF%BF%BD%EF%BF%BD/events HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
             .to_owned(),
         QUIET,
     )
@@ -354,7 +496,7 @@ async fn odd_requests_get_json_answers() {
 
     let old = raw_async(
         addr,
-        "GET /sessions/%EF%BF%BD%EF%BF%BD/events HTTP/1.0\r\nHost: x\r\n\r\n".to_owned(),
+        "GET /sessions/%EF%BF%BD%EF%BF%BD/events HTTP/1.0\r\nHost: localhost\r\n\r\n".to_owned(),
         QUIET,
     )
     .await;
@@ -364,7 +506,7 @@ async fn odd_requests_get_json_answers() {
 
     let bad = raw_async(
         addr,
-        "POST /sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}"
+        "POST /sessions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}"
             .to_owned(),
         QUIET,
     )
@@ -374,7 +516,7 @@ async fn odd_requests_get_json_answers() {
     let huge = raw_async(
         addr,
         format!(
-            "GET /healthz HTTP/1.1\r\nHost: x\r\n{}\r\n",
+            "GET /healthz HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
             (0..200)
                 .map(|i| format!("X-H{i}: {i}\r\n"))
                 .collect::<String>()

@@ -31,8 +31,8 @@ use rusqlite::ErrorCode;
 use serde_json::{json, Value};
 
 use common::{
-    prompt_body, say, test_builder, ChildProcess, EchoOptions, EchoRunner, Harness, StoreView,
-    TestDb,
+    is_root, prompt_body, say, test_builder, ChildProcess, EchoOptions, EchoRunner, Harness,
+    ReadOnly, StoreView, TestDb,
 };
 
 /// Set in the child process that holds the database lock: the database path.
@@ -385,66 +385,6 @@ fn a_full_disk_fails_writes_with_sqlite_full_and_recovers_when_space_returns() {
 
 // ---------------------------------------------------------------------------------------------
 // A read-only database file.
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
-
-/// Files made read-only for a test: `chattr +i` as root (root ignores file modes), `chmod 0444`
-/// otherwise; undone on drop.
-struct ReadOnly {
-    files: Vec<PathBuf>,
-    immutable: bool,
-}
-
-impl ReadOnly {
-    /// Makes `files` read-only, or `None` when it cannot (no `chattr`, or a filesystem
-    /// without the immutable attribute).
-    fn set(files: &[PathBuf]) -> Option<ReadOnly> {
-        let immutable = is_root();
-        let mut done = ReadOnly {
-            files: Vec::new(),
-            immutable,
-        };
-        for file in files {
-            let ok = if immutable {
-                Command::new("chattr")
-                    .arg("+i")
-                    .arg(file)
-                    .stderr(std::process::Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            } else {
-                use std::os::unix::fs::PermissionsExt;
-                std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o444)).is_ok()
-            };
-            if !ok {
-                return None;
-            }
-            done.files.push(file.clone());
-        }
-        Some(done)
-    }
-}
-
-impl Drop for ReadOnly {
-    fn drop(&mut self) {
-        for file in &self.files {
-            if self.immutable {
-                let _ = Command::new("chattr").arg("-i").arg(file).status();
-            } else {
-                use std::os::unix::fs::PermissionsExt;
-                let _ = std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644));
-            }
-        }
-    }
-}
 
 /// A database with two answered prompts, its runtime shut down.
 async fn seeded(path: &Path) {

@@ -712,7 +712,7 @@ async fn open_bare(addr: SocketAddr) {
     let Ok(mut stream) = TcpStream::connect(addr).await else {
         return;
     };
-    let request = b"GET /bench/bare HTTP/1.1\r\nHost: bench\r\n\r\n";
+    let request = b"GET /bench/bare HTTP/1.1\r\nHost: localhost\r\n\r\n";
     if stream.write_all(request).await.is_err() {
         return;
     }
@@ -752,7 +752,7 @@ async fn subscribe(addr: SocketAddr, session: String) {
     let Ok(mut stream) = TcpStream::connect(addr).await else {
         return;
     };
-    let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: bench\r\n\r\n");
+    let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: localhost\r\n\r\n");
     if stream.write_all(request.as_bytes()).await.is_err() {
         return;
     }
@@ -819,7 +819,7 @@ async fn hot_subscribe(addr: SocketAddr, path: &str, sink: Arc<Mutex<Vec<(u64, f
         return;
     };
     let _ = stream.set_nodelay(true);
-    let request = format!("GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
     if stream.write_all(request.as_bytes()).await.is_err() {
         return;
     }

@@ -7,7 +7,14 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-use crate::error::{Error, StoreError};
+use crate::error::{Error, StoreError, Unavailable};
+#[cfg(doc)]
+use crate::http::HttpOptions;
+
+/// The `Retry-After` of a `503 store_unavailable`, in seconds: long enough that a client does
+/// not hammer a store that is down, short enough that a lock or a full disk that clears is
+/// used again at once.
+pub const STORE_RETRY_AFTER_SECS: u64 = 2;
 
 /// An error answered by the HTTP adapter: a status code, a stable machine-readable `type` and a
 /// human-readable `message`, rendered as `{"error": {"type", "message"}}`.
@@ -17,7 +24,10 @@ use crate::error::{Error, StoreError};
 /// | 400 | `invalid_input` | an invalid id, prompt, title, limit, query value or `Last-Event-ID` |
 /// | 400 | `malformed_json` | a body that is not JSON of the expected shape |
 /// | 401 | `unauthorized` | a bearer token is configured and the request lacks it (or an event stream's ticket) |
+/// | 400 | `invalid_input` | also a malformed CORS preflight |
 /// | 403 | `origin_not_allowed` | an `Origin` that is neither the server's own nor an allowed one |
+/// | 403 | `cors_not_allowed` | a CORS preflight asking for a method or header cross-origin callers may not use |
+/// | 421 | `host_not_allowed` | a `Host` the server does not answer to (see [`HttpOptions::allowed_host`]) |
 /// | 404 | `not_found` | an unknown session, message or route |
 /// | 405 | `method_not_allowed` | a known route with another method |
 /// | 408 | `request_timeout` | a body that did not arrive within the body timeout |
@@ -28,6 +38,8 @@ use crate::error::{Error, StoreError};
 /// | 415 | `unsupported_media_type` | a body not sent as `Content-Type: application/json` |
 /// | 500 | `store` / `message_decode` / `internal` | a store fault, an undecodable stored message |
 /// | 503 | `shutting_down` | the runtime is shutting down (or has stopped) |
+/// | 503 | `store_unavailable` | the store cannot be written or reached now ([`StoreError::unavailable`]: a full disk, a read-only file, an I/O error, a lock held by another process, a lost server); the message says which, and `Retry-After` is [`STORE_RETRY_AFTER_SECS`] |
+/// | 503 | `unavailable` | a session's actor could not be reached (retry) |
 /// | 505 | `http_version_not_supported` | an event stream asked for over HTTP/1.0 |
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApiError {
@@ -36,6 +48,8 @@ pub struct ApiError {
     message: String,
     /// For `events_compacted`: the first seq the log still holds.
     first_seq: Option<u64>,
+    /// For `store_unavailable`: the `Retry-After` header, in seconds.
+    retry_after: Option<u64>,
 }
 
 #[derive(Serialize)]
@@ -60,6 +74,7 @@ impl ApiError {
             kind,
             message: message.into(),
             first_seq: None,
+            retry_after: None,
         }
     }
 
@@ -116,6 +131,26 @@ impl ApiError {
     pub fn first_seq(&self) -> Option<u64> {
         self.first_seq
     }
+
+    /// For a 503 `store_unavailable`: the seconds a client should wait before retrying (the
+    /// response's `Retry-After` header).
+    pub fn retry_after(&self) -> Option<u64> {
+        self.retry_after
+    }
+
+    /// 503 `store_unavailable`: the store cannot take the request now (`kind`), in its own
+    /// words (`detail`); retry after [`STORE_RETRY_AFTER_SECS`].
+    fn store_unavailable(kind: Unavailable, detail: &str) -> Self {
+        let mut error = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store_unavailable",
+            format!(
+                "the store is unavailable: {kind} ({detail}); retry in {STORE_RETRY_AFTER_SECS} s"
+            ),
+        );
+        error.retry_after = Some(STORE_RETRY_AFTER_SECS);
+        error
+    }
 }
 
 impl fmt::Display for ApiError {
@@ -140,6 +175,9 @@ impl ResponseError for ApiError {
         if self.status == StatusCode::UNAUTHORIZED {
             response.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
         }
+        if let Some(seconds) = self.retry_after {
+            response.insert_header((header::RETRY_AFTER, seconds));
+        }
         response.json(Body {
             error: Detail {
                 kind: self.kind,
@@ -152,6 +190,16 @@ impl ResponseError for ApiError {
 
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
+        if let Error::Store(store) = &e {
+            if let Some(kind) = store.unavailable() {
+                let detail = match store {
+                    StoreError::Unavailable { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                log::warn!("http: the store is unavailable ({kind}): {detail}");
+                return Self::store_unavailable(kind, &detail);
+            }
+        }
         let message = e.to_string();
         let (status, kind) = match &e {
             Error::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
@@ -220,5 +268,96 @@ mod tests {
         });
         assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
         Ok(())
+    }
+
+    /// A SQLite failure with this primary result code and message.
+    fn sqlite(code: i32, message: &str) -> Error {
+        Error::Store(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            Some(message.into()),
+        )))
+    }
+
+    #[test]
+    fn a_store_outage_is_503_store_unavailable_naming_the_fault() {
+        let read_only = "attempt to write a readonly database";
+        let cases = [
+            (
+                sqlite(rusqlite::ffi::SQLITE_READONLY, read_only),
+                "read-only",
+                read_only,
+            ),
+            (
+                sqlite(rusqlite::ffi::SQLITE_FULL, "database or disk is full"),
+                "disk is full",
+                "database or disk is full",
+            ),
+            (
+                sqlite(rusqlite::ffi::SQLITE_IOERR, "disk I/O error"),
+                "I/O error",
+                "disk I/O error",
+            ),
+            (
+                sqlite(rusqlite::ffi::SQLITE_BUSY, "database is locked"),
+                "locked by another process",
+                "database is locked",
+            ),
+            (
+                Error::Store(StoreError::Unavailable {
+                    kind: Unavailable::Connection,
+                    message: "connection refused".into(),
+                }),
+                "cannot be reached",
+                "connection refused",
+            ),
+            (
+                Error::Store(StoreError::Unavailable {
+                    kind: Unavailable::ReadOnly,
+                    message: format!("sqlite: {read_only}"),
+                }),
+                "read-only",
+                read_only,
+            ),
+        ];
+        for (error, says, own) in cases {
+            let api = ApiError::from(error);
+            assert_eq!(
+                (api.status(), api.kind(), api.retry_after()),
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store_unavailable",
+                    Some(STORE_RETRY_AFTER_SECS)
+                ),
+                "{api}"
+            );
+            assert!(api.message().contains(says), "{says:?} in {api}");
+            assert!(api.message().contains(own), "{own:?} in {api}");
+            let response = api.error_response();
+            assert_eq!(
+                response
+                    .headers()
+                    .get(header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok()),
+                Some(STORE_RETRY_AFTER_SECS.to_string().as_str())
+            );
+        }
+        // A fault of the data, not of the store, stays a 500 without `Retry-After`.
+        let constraint = ApiError::from(sqlite(
+            rusqlite::ffi::SQLITE_CONSTRAINT,
+            "UNIQUE constraint failed",
+        ));
+        assert_eq!(
+            (
+                constraint.status(),
+                constraint.kind(),
+                constraint.retry_after()
+            ),
+            (StatusCode::INTERNAL_SERVER_ERROR, "store", None)
+        );
+        assert!(constraint
+            .error_response()
+            .headers()
+            .get(header::RETRY_AFTER)
+            .is_none());
     }
 }

@@ -2,11 +2,14 @@
 //! other web sites out, CORS for the origins an operator allows, and the token (or an event
 //! stream's ticket).
 //!
-//! Order, outermost first: [`screen`] (a path that is not UTF-8, a foreign `Origin`, a body
-//! that is not JSON), then CORS (only with allowed origins: it answers preflights), then
-//! [`authorize`]. Every refusal is a JSON [`ApiError`].
+//! Order, outermost first: [`screen`] (a path that is not UTF-8, a `Host` the server does not
+//! answer to, a foreign `Origin`, a body that is not JSON), then CORS (only with allowed
+//! origins: it answers preflights; its refusals get a JSON body on their way out through
+//! [`screen`]), then [`authorize`]. Every refusal is a JSON [`ApiError`].
 
-use actix_cors::Cors;
+use std::net::SocketAddr;
+
+use actix_cors::{Cors, CorsError};
 use actix_web::body::{BoxBody, MessageBody};
 use actix_web::dev::{RequestHead, ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderValue};
@@ -17,6 +20,63 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::{ticket, HttpOptions, State};
+
+/// The names every server answers to: a page can only be served under them from this machine.
+const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+/// The host name of a `Host` header (or of a name given to [`HttpOptions::allowed_host`]):
+/// lowercased, without its port or a trailing dot; an IPv6 address in brackets.
+pub(super) fn host_name(host: &str) -> String {
+    let host = host.trim();
+    let name = if host.starts_with('[') {
+        host.find(']').map_or(host, |end| &host[..=end])
+    } else if host.matches(':').count() > 1 {
+        // A bare IPv6 address (as a name given to the options may be).
+        return format!("[{}]", host.to_ascii_lowercase());
+    } else {
+        host.split(':').next().unwrap_or(host)
+    };
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The address of the listener `req` came through: the one [`super::serve`] records per
+/// connection, else actix-web's (`HttpServer`'s bound address, or its default 127.0.0.1:8080).
+fn listener(req: &ServiceRequest) -> SocketAddr {
+    req.conn_data::<super::serve::Listener>()
+        .map_or_else(|| req.app_config().local_addr(), |l| l.0)
+}
+
+/// Whether a request naming `host` in `Host`, received on `listener`, may be served (see
+/// [`HttpOptions::allowed_host`]).
+fn host_allowed(options: &HttpOptions, host: &str, listener: SocketAddr) -> bool {
+    let name = host_name(host);
+    LOOPBACK_HOSTS.contains(&name.as_str())
+        || options.allowed_hosts.iter().any(|h| h == "*" || *h == name)
+        || (options.allowed_hosts.is_empty() && !listener.ip().to_canonical().is_loopback())
+}
+
+/// 421 `host_not_allowed` when the request's `Host` (or, without one, its URI's authority)
+/// names a host the server does not answer to.
+fn host_refusal(req: &ServiceRequest, options: &HttpOptions) -> Option<ApiError> {
+    let host = match req.headers().get(header::HOST) {
+        Some(host) => String::from_utf8_lossy(host.as_bytes()).into_owned(),
+        None => req.uri().authority()?.as_str().to_owned(),
+    };
+    if host_allowed(options, &host, listener(req)) {
+        return None;
+    }
+    let mut accepted: Vec<&str> = LOOPBACK_HOSTS.to_vec();
+    accepted.extend(options.allowed_hosts.iter().map(String::as_str));
+    Some(ApiError::new(
+        StatusCode::MISDIRECTED_REQUEST,
+        "host_not_allowed",
+        format!(
+            "this server does not answer to the host {host:?} (it answers to {}; see \
+             --allowed-host)",
+            accepted.join(", ")
+        ),
+    ))
+}
 
 /// Whether `origin` (an `Origin` header) names the server the request was sent to, judged by
 /// its `Host` header: a page the server itself served (the console) calls it freely.
@@ -47,12 +107,8 @@ pub(super) fn cors(options: &HttpOptions) -> actix_web::middleware::Condition<Co
     let allowed = options.clone();
     let cors = Cors::default()
         .allowed_origin_fn(move |origin, head| origin_allowed(&allowed, origin, head))
-        .allowed_methods([Method::GET, Method::HEAD, Method::POST, Method::DELETE])
-        .allowed_headers([
-            header::AUTHORIZATION,
-            header::CONTENT_TYPE,
-            header::HeaderName::from_static("last-event-id"),
-        ])
+        .allowed_methods(CORS_METHODS)
+        .allowed_headers(CORS_HEADERS.map(header::HeaderName::from_static))
         .max_age(3600);
     actix_web::middleware::Condition::new(!options.cors_origins.is_empty(), cors)
 }
@@ -75,8 +131,9 @@ fn is_json(req: &ServiceRequest) -> bool {
         .is_some_and(|mime| mime.essence_str() == "application/json")
 }
 
-/// The first refusal a request earns before routing, if any.
-fn refusal(req: &ServiceRequest, options: &HttpOptions) -> Option<ApiError> {
+/// The first refusal a request earns before routing, if any (the `Host` checked when
+/// `check_host`).
+fn refusal(req: &ServiceRequest, options: &HttpOptions, check_host: bool) -> Option<ApiError> {
     // Ids are percent-decoded; bytes that are not UTF-8 would be decoded lossily and alias
     // other ids.
     let decoded: Vec<u8> = percent_encoding::percent_decode_str(req.path()).collect();
@@ -85,16 +142,14 @@ fn refusal(req: &ServiceRequest, options: &HttpOptions) -> Option<ApiError> {
             "the path is not valid UTF-8 once percent-decoded",
         ));
     }
+    if check_host {
+        if let Some(refused) = host_refusal(req, options) {
+            return Some(refused);
+        }
+    }
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         if !origin_allowed(options, origin, req.head()) {
-            return Some(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "origin_not_allowed",
-                format!(
-                    "requests from the origin {} are not allowed (see --cors-origin)",
-                    String::from_utf8_lossy(origin.as_bytes())
-                ),
-            ));
+            return Some(origin_refusal(&String::from_utf8_lossy(origin.as_bytes())));
         }
     }
     if has_body(req) && !is_json(req) {
@@ -107,19 +162,98 @@ fn refusal(req: &ServiceRequest, options: &HttpOptions) -> Option<ApiError> {
     None
 }
 
-/// The outermost check of every route: see [`refusal`].
+/// The outermost check of every route but `/healthz`: see [`refusal`].
 pub(super) async fn screen<B: MessageBody + 'static>(
     req: ServiceRequest,
     next: Next<B>,
 ) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    screened(req, next, true).await
+}
+
+/// [`screen`] without the `Host` check (`/healthz`).
+pub(super) async fn screen_any_host<B: MessageBody + 'static>(
+    req: ServiceRequest,
+    next: Next<B>,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
+    screened(req, next, false).await
+}
+
+async fn screened<B: MessageBody + 'static>(
+    req: ServiceRequest,
+    next: Next<B>,
+    check_host: bool,
+) -> Result<ServiceResponse<BoxBody>, actix_web::Error> {
     let refused = match req.app_data::<web::Data<State>>() {
-        Some(state) => refusal(&req, &state.options),
-        None => refusal(&req, &HttpOptions::default()),
+        Some(state) => refusal(&req, &state.options, check_host),
+        None => refusal(&req, &HttpOptions::default(), check_host),
     };
-    match refused {
-        Some(error) => Ok(req.into_response(error.error_response())),
-        None => Ok(next.call(req).await?.map_into_boxed_body()),
+    if let Some(error) = refused {
+        return Ok(req.into_response(error.error_response()));
     }
+    let response = next.call(req).await?;
+    let cors = response
+        .response()
+        .error()
+        .and_then(|e| e.as_error::<CorsError>())
+        .cloned();
+    match cors {
+        Some(cors) => Ok(json_cors_refusal(response, &cors)),
+        None => Ok(response.map_into_boxed_body()),
+    }
+}
+
+/// The methods and headers cross-origin callers may use (see [`cors`]).
+const CORS_METHODS: [Method; 4] = [Method::GET, Method::HEAD, Method::POST, Method::DELETE];
+const CORS_HEADERS: [&str; 3] = ["authorization", "content-type", "last-event-id"];
+
+/// A refusal of `actix-cors` (plain text, no content type) as the JSON error it stands for,
+/// keeping its `Vary` header.
+fn json_cors_refusal<B>(
+    response: ServiceResponse<B>,
+    cors: &CorsError,
+) -> ServiceResponse<BoxBody> {
+    let origin = response
+        .request()
+        .headers()
+        .get(header::ORIGIN)
+        .map(|o| String::from_utf8_lossy(o.as_bytes()).into_owned())
+        .unwrap_or_default();
+    let vary = response.headers().get(header::VARY).cloned();
+    let error = match cors {
+        CorsError::OriginNotAllowed => origin_refusal(&origin),
+        CorsError::MethodNotAllowed => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cors_not_allowed",
+            format!(
+                "cross-origin callers may use the methods {} only",
+                CORS_METHODS.map(|m| m.to_string()).join(", ")
+            ),
+        ),
+        CorsError::HeadersNotAllowed => ApiError::new(
+            StatusCode::FORBIDDEN,
+            "cors_not_allowed",
+            format!(
+                "cross-origin callers may send the headers {} only",
+                CORS_HEADERS.join(", ")
+            ),
+        ),
+        other => ApiError::invalid(format!("CORS preflight: {other}")),
+    };
+    let (req, _) = response.into_parts();
+    let mut response = error.error_response();
+    if let Some(vary) = vary {
+        response.headers_mut().insert(header::VARY, vary);
+    }
+    ServiceResponse::new(req, response)
+}
+
+/// 403 `origin_not_allowed`.
+fn origin_refusal(origin: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::FORBIDDEN,
+        "origin_not_allowed",
+        format!("requests from the origin {origin} are not allowed (see --cors-origin)"),
+    )
 }
 
 /// Whether the request carries `Authorization: Bearer <token>`.
@@ -227,5 +361,40 @@ mod tests {
         assert!(!same_origin("http://127.0.0.1:8081", req.head()));
         assert!(!same_origin("http://evil.example", req.head()));
         assert!(!same_origin("null", req.head()));
+    }
+
+    #[test]
+    fn a_host_is_its_name_without_port_case_or_trailing_dot() {
+        assert_eq!(host_name("LocalHost:8080"), "localhost");
+        assert_eq!(host_name("127.0.0.1:1"), "127.0.0.1");
+        assert_eq!(host_name("[::1]:8080"), "[::1]");
+        assert_eq!(host_name("::1"), "[::1]");
+        assert_eq!(host_name("evil.example.:80"), "evil.example");
+        assert_eq!(host_name("app.example.com"), "app.example.com");
+    }
+
+    #[test]
+    fn a_loopback_listener_answers_to_the_loopback_names_and_the_allowed_ones() {
+        let loopback: SocketAddr = "127.0.0.1:8080".parse().unwrap_or_else(|_| unreachable!());
+        let v6: SocketAddr = "[::1]:8080".parse().unwrap_or_else(|_| unreachable!());
+        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap_or_else(|_| unreachable!());
+        let default = HttpOptions::new();
+        for listener in [loopback, v6] {
+            for host in ["localhost:8080", "127.0.0.1:9", "[::1]:8080", "localhost"] {
+                assert!(host_allowed(&default, host, listener), "{host}");
+            }
+            assert!(!host_allowed(&default, "evil.example:8080", listener));
+            assert!(!host_allowed(&default, "127.0.0.2:8080", listener));
+        }
+        assert!(host_allowed(&default, "evil.example:8080", any));
+        let named = HttpOptions::new().allowed_hosts(["App.Example:443", "10.0.0.5"]);
+        for listener in [loopback, any] {
+            assert!(host_allowed(&named, "app.example", listener));
+            assert!(host_allowed(&named, "10.0.0.5:8080", listener));
+            assert!(host_allowed(&named, "localhost:8080", listener));
+            assert!(!host_allowed(&named, "evil.example", listener));
+        }
+        let every = HttpOptions::new().allowed_host("*");
+        assert!(host_allowed(&every, "evil.example", loopback));
     }
 }

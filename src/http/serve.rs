@@ -28,6 +28,11 @@ use actix_web::dev::{AppConfig, Server};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// The address of the listener a connection came through, in its requests' connection data:
+/// the `Host` check's default depends on it (see [`super::HttpOptions::allowed_host`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Listener(pub(super) SocketAddr);
+
 /// How [`serve`] runs.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -90,6 +95,9 @@ where
                     .map_err(|e| e.into().error_response());
                 let http = HttpService::build()
                     .h1_allow_half_closed(false)
+                    .on_connect_ext(move |_: &JsonErrors<TcpStream>, data| {
+                        data.insert(Listener(addr));
+                    })
                     .local_addr(addr)
                     // (Used only when a request has no `Host` header.)
                     .h1(map_config(app, |_| AppConfig::default()));

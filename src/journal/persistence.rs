@@ -44,7 +44,9 @@ pub struct PersistenceStats {
     pub transactions: u64,
     /// Write requests processed.
     pub requests: u64,
-    /// Write requests that failed (and were rolled back alone).
+    /// Write requests answered with an error: their own (rolled back alone), or the one that
+    /// kept their transaction from committing (a failed `BEGIN` or `COMMIT`, a transaction the
+    /// engine rolled back). Each request counts once, however often it ran.
     pub failed_requests: u64,
     /// The most requests committed in one transaction.
     pub largest_batch: u64,
@@ -100,6 +102,8 @@ trait Job: Send {
     fn run(&mut self, ctx: &mut WriteCtx<'_>) -> bool;
     /// Sends the reply: the write's own result, or the error that stopped the batch's commit.
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>);
+    /// Whether the write ran and succeeded (in its last run).
+    fn succeeded(&self) -> bool;
     /// Whether the write failed with an error that may clear if it runs again.
     fn retryable(&self) -> bool {
         self.error().is_some_and(StoreError::is_transient)
@@ -156,6 +160,10 @@ where
 
     fn complete(self: Box<Self>, commit: Result<(), &StoreError>) {
         let _ = self.reply.send(answer(commit, self.result));
+    }
+
+    fn succeeded(&self) -> bool {
+        matches!(self.result, Some(Ok(_)))
     }
 
     fn error(&self) -> Option<&StoreError> {
@@ -432,3 +440,5 @@ use self::writer::WriterActor;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_faults;

@@ -112,6 +112,8 @@ pub async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 
 mod child;
 mod echo;
+#[cfg(unix)]
+mod read_only;
 mod rng;
 mod store;
 
@@ -121,6 +123,8 @@ pub mod nodes;
 
 pub use child::{ChildProcess, CHILD_WAIT};
 pub use echo::{unreplied, EchoOptions, EchoRunner};
+#[cfg(unix)]
+pub use read_only::{is_root, ReadOnly};
 pub use rng::{run_seed, splitmix, XorShift};
 pub use store::{
     is_abort, is_releasing_terminal, is_restart_notice, EventRow, InputRow, MessageRow, SessionRow,

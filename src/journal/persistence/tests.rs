@@ -10,9 +10,18 @@ use crate::error::StoreError;
 use crate::journal::sqlite::backend::{SqliteReaders, SqliteWriter};
 use crate::journal::sqlite::{self, StoreConfig};
 
-fn start(dir: &tempfile::TempDir) -> (Persistence, std::path::PathBuf) {
+pub(super) fn start(dir: &tempfile::TempDir) -> (Persistence, std::path::PathBuf) {
+    start_with(dir, |_| {})
+}
+
+/// [`start`] with the store's configuration adjusted by `configure`.
+pub(super) fn start_with(
+    dir: &tempfile::TempDir,
+    configure: impl FnOnce(&mut StoreConfig),
+) -> (Persistence, std::path::PathBuf) {
     let path = dir.path().join("p.db");
-    let cfg = StoreConfig::new(&path);
+    let mut cfg = StoreConfig::new(&path);
+    configure(&mut cfg);
     let pool = sqlite::open(&cfg).expect("open pool");
     let writer = sqlite::open_connection(&cfg).expect("open writer");
     pool.get()
@@ -31,12 +40,12 @@ fn start(dir: &tempfile::TempDir) -> (Persistence, std::path::PathBuf) {
 
 impl WriteCtx<'_> {
     /// The SQLite connection under the request, to write raw rows of the test table.
-    fn conn(&mut self) -> &Connection {
+    pub(super) fn conn(&mut self) -> &Connection {
         self.store.as_sqlite().expect("the SQLite backend")
     }
 }
 
-fn row_exists(path: &std::path::Path, k: i64) -> bool {
+pub(super) fn row_exists(path: &std::path::Path, k: i64) -> bool {
     let conn = Connection::open(path).expect("second connection");
     conn.query_row("SELECT count(*) FROM t WHERE k = ?1", [k], |r| {
         r.get::<_, i64>(0)
@@ -292,7 +301,14 @@ async fn a_transaction_rolled_back_by_sqlite_fails_the_whole_batch() {
     );
     assert!(b.is_err());
     assert!(c.is_err(), "c shared b's batch, which SQLite rolled back");
-    for (k, result) in [(0, first), (1, a), (2, b), (3, c)] {
+    let answered = [(0, first), (1, a), (2, b), (3, c)];
+    let errors = answered.iter().filter(|(_, r)| r.is_err()).count() as u64;
+    assert_eq!(
+        persistence.stats().failed_requests,
+        errors,
+        "every request answered with an error counts once"
+    );
+    for (k, result) in answered {
         assert_eq!(
             result.is_ok(),
             row_exists(&path, k),

@@ -58,6 +58,10 @@ impl Job for TurnJob {
         let _ = self.reply.send(answer(commit, self.result));
     }
 
+    fn succeeded(&self) -> bool {
+        matches!(self.result, Some(Ok(_)))
+    }
+
     fn error(&self) -> Option<&StoreError> {
         self.result.as_ref().and_then(|r| r.as_ref().err())
     }

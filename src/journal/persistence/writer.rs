@@ -129,6 +129,7 @@ impl WriterActor {
             }
         }
         if let Some(job) = held {
+            // Refused unprocessed: not a failed write.
             job.complete(Err(&StoreError::Closed));
         }
         // Drain what is still queued so no caller waits forever.
@@ -182,7 +183,7 @@ impl WriterActor {
             match Self::transact_optimistic(&mut *self.conn, &mut batch, &mut events) {
                 Ok(None) => {
                     for job in batch {
-                        job.complete(Ok(()));
+                        self.answer(job, Ok(()));
                     }
                     self.broadcast(events);
                     return;
@@ -203,20 +204,14 @@ impl WriterActor {
                     self.conn.rollback();
                     log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
                     for job in batch {
-                        job.complete(Err(&e));
+                        self.answer(job, Err(&e));
                     }
                     return;
                 }
             }
         }
         let mut again = Vec::new();
-        let outcome = Self::transact(
-            &mut *self.conn,
-            &mut batch,
-            &mut events,
-            &mut again,
-            &self.counters,
-        );
+        let outcome = Self::transact(&mut *self.conn, &mut batch, &mut events, &mut again);
         if outcome.is_err() {
             self.conn.rollback();
         }
@@ -227,7 +222,7 @@ impl WriterActor {
                     if again.contains(&i) {
                         retries.push(job);
                     } else {
-                        job.complete(Ok(()));
+                        self.answer(job, Ok(()));
                     }
                 }
                 self.broadcast(events);
@@ -241,7 +236,7 @@ impl WriterActor {
             Err(e) => {
                 log::error!("persistence: batch of {size} write(s) failed to commit: {e}");
                 for job in batch {
-                    job.complete(Err(&e));
+                    self.answer(job, Err(&e));
                 }
             }
         }
@@ -257,6 +252,18 @@ impl WriterActor {
         self.counters
             .largest_batch
             .fetch_max(size, Ordering::Relaxed);
+    }
+
+    /// Answers a request processed in a transaction whose COMMIT returned `commit`, counting
+    /// it in `failed_requests` (before its caller can read the count) when the answer is an
+    /// error. Every processed request is answered here exactly once.
+    fn answer(&self, job: Box<dyn Job>, commit: Result<(), &StoreError>) {
+        if commit.is_err() || !job.succeeded() {
+            self.counters
+                .failed_requests
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        job.complete(commit);
     }
 
     /// Publishes committed events on the bus (after their callers were answered).
@@ -304,18 +311,14 @@ impl WriterActor {
         };
         match outcome {
             Ok(true) => {
-                job.complete(Ok(()));
+                self.answer(job, Ok(()));
                 self.broadcast(events);
             }
-            Ok(false) => {
-                self.counters
-                    .failed_requests
-                    .fetch_add(1, Ordering::Relaxed);
-                job.complete(Ok(()));
-            }
+            // The job answers with its own error.
+            Ok(false) => self.answer(job, Ok(())),
             Err(e) => {
                 log::error!("persistence: a write alone failed to commit: {e}");
-                job.complete(Err(&e));
+                self.answer(job, Err(&e));
             }
         }
     }
@@ -341,7 +344,7 @@ impl WriterActor {
             Err(e) => {
                 log::error!("persistence: a turn write alone failed to commit: {e}");
                 self.conn.after_turn();
-                job.complete(Err(&e));
+                self.answer(job, Err(&e));
                 return None;
             }
         }
@@ -352,13 +355,9 @@ impl WriterActor {
         let ok = job.run(&mut ctx);
         let events = ctx.events;
         self.conn.after_turn();
-        if !ok {
-            // Fenced (the statement wrote nothing), or its answer could not be read.
-            self.counters
-                .failed_requests
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        job.complete(Ok(()));
+        // Not `ok`: fenced (the statement wrote nothing), or its answer could not be read; the
+        // job answers with its own error.
+        self.answer(job, Ok(()));
         if ok {
             self.broadcast(events);
         }
@@ -403,7 +402,6 @@ impl WriterActor {
         batch: &mut [Box<dyn Job>],
         events: &mut Vec<EventRecord>,
         again: &mut Vec<usize>,
-        counters: &Counters,
     ) -> Result<(), StoreError> {
         conn.begin()?;
         for (i, job) in batch.iter_mut().enumerate() {
@@ -419,7 +417,6 @@ impl WriterActor {
                 // IOERR, BUSY or NOMEM): the writes of the requests before this one are gone,
                 // and a later SAVEPOINT would open, and its RELEASE commit, a transaction of its
                 // own. The batch fails as a whole, with this request's error.
-                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
                 return Err(job.failure().unwrap_or_else(|| {
                     StoreError::Inconsistent("the engine rolled back the write transaction".into())
                 }));
@@ -436,8 +433,6 @@ impl WriterActor {
             if job.retryable() {
                 // Runs again after this batch, alone (see `commit_batch`).
                 again.push(i);
-            } else {
-                counters.failed_requests.fetch_add(1, Ordering::Relaxed);
             }
         }
         conn.commit()
