@@ -36,7 +36,8 @@ fn wanted() -> BTreeSet<String> {
         ("postgres", cfg!(feature = "postgres")),
     ]
     .into_iter()
-    .filter_map(|(name, on)| on.then(|| name.to_owned()))
+    .filter(|(_, on)| *on)
+    .map(|(name, _)| name.to_owned())
     .collect()
 }
 
