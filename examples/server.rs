@@ -52,10 +52,22 @@ use serde_json::json;
 
 type Fallible<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// `--version`: the crate's version and the cargo features this binary was built with (the
+/// tests check them before they run it).
+const VERSION: &str = match (cfg!(feature = "postgres"), cfg!(feature = "crash-points")) {
+    (false, false) => concat!(env!("CARGO_PKG_VERSION"), " (features: http)"),
+    (true, false) => concat!(env!("CARGO_PKG_VERSION"), " (features: http postgres)"),
+    (false, true) => concat!(env!("CARGO_PKG_VERSION"), " (features: http crash-points)"),
+    (true, true) => concat!(
+        env!("CARGO_PKG_VERSION"),
+        " (features: http postgres crash-points)"
+    ),
+};
+
 /// durable-sessions demo server: the HTTP/SSE API (and the console at /console) over an echo
 /// agent.
 #[derive(Debug, Parser)]
-#[command(name = "server", version)]
+#[command(name = "server", version = VERSION)]
 struct Args {
     /// Address to bind, as host:port.
     #[arg(long, default_value = "127.0.0.1:8080")]

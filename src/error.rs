@@ -39,6 +39,26 @@ pub enum StoreError {
         /// The newest version this crate can migrate to.
         known: i64,
     },
+    /// The SQLite database file is missing or empty, while its write-ahead log beside it
+    /// holds committed transactions (a bad restore, a damaged copy): opening it would start an
+    /// empty database, and SQLite would delete the log. Refused at start, before anything opens
+    /// the file; both files are left as they are. Restore the database file (the log belongs
+    /// to it), or move the log away to start with an empty database.
+    #[error(
+        "database file {} is missing or empty, but its write-ahead log {} holds committed \
+         transactions: restore {} (the log belongs to it), or move {} away to start with an \
+         empty database",
+        .database.display(),
+        .wal.display(),
+        .database.display(),
+        .wal.display()
+    )]
+    WalWithoutDatabase {
+        /// The database file.
+        database: PathBuf,
+        /// Its write-ahead log (`<database>-wal`).
+        wal: PathBuf,
+    },
     /// A JSON payload could not be encoded or decoded.
     #[error("json payload: {0}")]
     Json(#[from] serde_json::Error),

@@ -105,6 +105,12 @@
 //! [`Error::DatabaseInUse`] (naming the holder's pid) and writes nothing. Read-only tools such
 //! as `sqlite3` are not blocked.
 //!
+//! A database that lost its main file is refused: when the SQLite file is missing or empty
+//! while its `-wal` beside it holds committed transactions (a bad restore, a damaged copy),
+//! [`RuntimeBuilder::start`] fails with [`StoreError::WalWithoutDatabase`], naming both files,
+//! before SQLite opens them (SQLite would start an empty database and delete the log). Restore
+//! the file, or move the log away to start with an empty database.
+//!
 //! # Layout
 //!
 //! Each module owns one thing; the public types are re-exported at the crate root. Only

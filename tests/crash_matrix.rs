@@ -1735,7 +1735,7 @@ fn synthetic(steps: &[(&str, serde_json::Value)]) -> StoreView {
                     admitted_seq: seq,
                     promoted_seq: None,
                     prompt: data["prompt"].clone(),
-                    delivery: "steer".into(),
+                    delivery: data["delivery"].as_str().unwrap_or("steer").into(),
                     wake: true,
                 };
                 view.inputs.insert(id, input);
@@ -1924,4 +1924,32 @@ fn the_invariants_catch_what_they_claim_to() {
     let mut marked = holds(&finished);
     marked.messages.get_mut("p").unwrap().interrupted = true;
     breaks(&marked, "interrupted mark");
+
+    // A turn that promoted a prompt owes the next queued one a turn of its own, until that
+    // turn claims, or an interrupt request fences it (its wake is dropped: the prompt was
+    // admitted before the request), even one that came after the terminal.
+    let queued = |id: &str| {
+        (
+            kind::PROMPT_ADMITTED,
+            json!({ "messageID": id, "prompt": prompt_body(id), "delivery": "queue" }),
+        )
+    };
+    let settled = [
+        created.clone(),
+        queued("p"),
+        queued("q"),
+        started.clone(),
+        promoted("p"),
+        reply("r", "p"),
+        succeeded.clone(),
+    ];
+    assert!(holds(&settled).continuation_due("s", 0));
+    let mut next = settled.to_vec();
+    next.push(started.clone());
+    assert!(!holds(&next).continuation_due("s", 0));
+    let mut fenced = settled.to_vec();
+    fenced.push(request.clone());
+    assert!(!holds(&fenced).continuation_due("s", 0));
+    fenced.push(queued("later"));
+    assert!(!holds(&fenced).continuation_due("s", 0));
 }

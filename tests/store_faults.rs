@@ -1,7 +1,8 @@
 //! Store faults: a full disk, a read-only database file, a database locked
-//! by another process past `busy_timeout`, and a corrupt file. Each gives the caller a typed
-//! error (`Error::Store` carrying the SQLite code; at `start` for a file that cannot be opened
-//! for writing or read), never a panic; no partial transaction (each failed write left no row
+//! by another process past `busy_timeout`, a corrupt file, and a database file lost beside its
+//! WAL. Each gives the caller a typed error (`Error::Store` carrying the SQLite code, or
+//! `StoreError::WalWithoutDatabase`; at `start` for a file that cannot be opened for writing or
+//! read, or has lost its main file), never a panic; no partial transaction (each failed write left no row
 //! and no event: the store-wide invariants of `tests/common` hold and row counts are what the
 //! successful calls alone explain); a request failing inside a group-commit batch fails alone;
 //! and the runtime recovers when the fault clears: the exact retry of the failed prompt, new
@@ -13,7 +14,9 @@
 //! `CAP_SYS_ADMIN` — elsewhere that test says so and passes without running; the read-only file
 //! is `chmod 0444` — or, as root (who ignores file modes), `chattr +i`; the lock is held by
 //! another process (this test binary re-executed) in `BEGIN EXCLUSIVE`, and released by
-//! SIGKILLing it; the corruptions overwrite bytes of a copy of a real database.
+//! SIGKILLing it; the corruptions overwrite bytes of a copy of a real database; the lost
+//! database file is the main file of a runtime SIGKILLed mid-write (this test binary
+//! re-executed), removed or emptied beside its WAL.
 #![cfg(unix)]
 
 mod common;
@@ -609,6 +612,159 @@ fn a_corrupt_database_file_fails_start_with_a_typed_error_never_a_panic() {
             runtime.shutdown().await;
         });
         assert_settled(&StoreView::read(&path), name);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A database file lost beside its WAL.
+
+/// Set in the child process that writes until it is killed: the database path.
+const WRITER_ENV: &str = "DS_FAULT_WRITER";
+
+/// In the writer child: answers prompts on a runtime, then keeps admitting prompts (a write
+/// every few ms, so the writer never idles long enough to checkpoint and truncate its log)
+/// until the parent SIGKILLs it. Prints `ACK <id>` for each acknowledged prompt, and `READY`.
+fn run_writer_if_requested() {
+    let Ok(path) = std::env::var(WRITER_ENV) else {
+        return;
+    };
+    say("");
+    actix_rt::System::new().block_on(async {
+        let runner = EchoRunner::new(EchoOptions::default());
+        let runtime = test_builder(Path::new(&path), &runner)
+            .start()
+            .await
+            .unwrap();
+        let sessions = runtime.sessions();
+        let a = open_session(&sessions, "a").await;
+        for id in ["a1", "a2", "a3"] {
+            prompt(&sessions, &a, id).await.unwrap();
+            say(&format!("ACK {id}"));
+        }
+        await_idle(&runtime, &[&a]).await;
+        for i in 0.. {
+            let id = format!("w{i}");
+            prompt_with(&sessions, &a, &id, prompt_body(&id), false)
+                .await
+                .unwrap();
+            say(&format!("ACK {id}"));
+            if i == 3 {
+                say("READY");
+            }
+            actix_rt::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    std::process::exit(3);
+}
+
+/// `<path>-wal`.
+fn wal_of(path: &Path) -> PathBuf {
+    PathBuf::from(format!("{}-wal", path.display()))
+}
+
+/// Starts a runtime on `path` (with the sweep) and returns how it went.
+fn start_on(path: &Path) -> Result<(), Error> {
+    actix_rt::System::new().block_on(async {
+        let runner = EchoRunner::new(EchoOptions::default());
+        let runtime = test_builder(path, &runner)
+            .sweep_on_start(true)
+            .start()
+            .await?;
+        runtime.shutdown().await;
+        Ok(())
+    })
+}
+
+/// A database file that is missing or empty while its WAL holds committed transactions (a bad
+/// restore, a damaged copy) is refused at `start` with `StoreError::WalWithoutDatabase`, naming
+/// both files, before SQLite opens it — SQLite would start an empty database and delete the
+/// log with every acknowledged prompt in it. The log is left byte for byte; with the main file
+/// restored the runtime starts and every acknowledged prompt is there. An empty (or missing)
+/// main file beside an empty, absent or header-only log is a new database and starts.
+#[test]
+fn a_database_file_lost_beside_its_wal_is_refused_at_start() {
+    const TEST: &str = "a_database_file_lost_beside_its_wal_is_refused_at_start";
+    run_writer_if_requested();
+    let db = TestDb::new();
+    let wal = wal_of(&db.path);
+    let mut writer = ChildProcess::spawn(TEST, &[(WRITER_ENV, db.path.display().to_string())]);
+    writer.wait_for("READY");
+    let acked: Vec<String> = writer
+        .kill()
+        .iter()
+        .filter_map(|line| line.strip_prefix("ACK ").map(str::to_owned))
+        .collect();
+    assert!(acked.len() >= 7, "acknowledged {acked:?}");
+    let log = std::fs::read(&wal).expect("the killed runtime's WAL");
+    let main = std::fs::read(&db.path).expect("the killed runtime's database file");
+    assert!(log.len() > 32, "the WAL holds frames ({} bytes)", log.len());
+    let saved = db.dir.path().join("saved.db");
+    std::fs::rename(&db.path, &saved).unwrap();
+
+    for lost in ["missing", "empty"] {
+        if lost == "empty" {
+            std::fs::write(&db.path, b"").unwrap();
+        }
+        let Err(error) = start_on(&db.path) else {
+            panic!("{lost} database file: the runtime started");
+        };
+        match &error {
+            Error::Store(StoreError::WalWithoutDatabase { database, wal: w }) => {
+                assert_eq!(database, &db.path, "{lost}");
+                assert_eq!(w, &wal, "{lost}");
+            }
+            other => panic!("{lost} database file: expected WalWithoutDatabase, got {other:?}"),
+        }
+        let message = error.to_string();
+        for named in [&db.path, &wal] {
+            assert!(message.contains(&named.display().to_string()), "{message}");
+        }
+        eprintln!("{lost} database file: start refused: {message}");
+        assert_eq!(std::fs::read(&wal).unwrap(), log, "{lost}: the WAL changed");
+        match lost {
+            "missing" => assert!(!db.path.exists(), "the database file was created"),
+            _ => assert_eq!(std::fs::metadata(&db.path).unwrap().len(), 0),
+        }
+    }
+
+    // Restored, the database starts with every acknowledged prompt, and serves.
+    std::fs::rename(&saved, &db.path).unwrap();
+    assert_eq!(std::fs::read(&db.path).unwrap(), main);
+    actix_rt::System::new().block_on(async {
+        let runner = EchoRunner::new(EchoOptions::default());
+        let runtime = db
+            .builder(&runner)
+            .sweep_on_start(true)
+            .start()
+            .await
+            .expect("the restored database starts");
+        let sessions = runtime.sessions();
+        let a = SessionId::new("a").unwrap();
+        prompt(&sessions, &a, "after").await.unwrap();
+        await_idle(&runtime, &[&a]).await;
+        runtime.shutdown().await;
+    });
+    let view = StoreView::read(&db.path);
+    view.assert_invariants(10, "restored");
+    for id in &acked {
+        assert!(view.inputs.contains_key(id), "acknowledged {id} is lost");
+    }
+    assert_eq!(view.replies().get("a1"), Some(&1), "{:?}", view.replies());
+    assert_eq!(view.replies().get("after"), Some(&1));
+
+    // A new database: an empty main file beside no log, an empty log, a header alone.
+    for (case, log_bytes) in [
+        ("no log", None),
+        ("an empty log", Some(&log[..0])),
+        ("a header alone", Some(&log[..32])),
+    ] {
+        let path = db.dir.path().join(format!("{}.db", case.replace(' ', "-")));
+        std::fs::write(&path, b"").unwrap();
+        if let Some(bytes) = log_bytes {
+            std::fs::write(wal_of(&path), bytes).unwrap();
+        }
+        start_on(&path).unwrap_or_else(|e| panic!("{case}: {e}"));
+        assert!(StoreView::read(&path).sessions.is_empty(), "{case}");
     }
 }
 

@@ -28,6 +28,7 @@ pub(crate) mod schema;
 mod segments;
 mod session;
 mod streams;
+mod wal;
 
 pub(crate) use claim::{
     claim, claim_counts, claim_state, count_adoption, count_own_resume, count_resume, list_claimed,

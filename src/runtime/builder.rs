@@ -185,7 +185,11 @@ impl RuntimeBuilder {
     /// [`Error::DatabaseInUse`] when another runtime, in any process, owns the database, and
     /// [`Error::LockFile`] when its lock file cannot be created (e.g. a missing directory) —
     /// both before anything is written; [`Error::Store`] when the database cannot be opened, is
-    /// corrupt or is newer than this crate.
+    /// corrupt or is newer than this crate, and with
+    /// [`StoreError::WalWithoutDatabase`](crate::StoreError::WalWithoutDatabase) when the SQLite
+    /// file is missing or empty while its `-wal` beside it holds committed transactions
+    /// (checked before SQLite opens either; restore the file, or move the log away to start
+    /// empty).
     pub async fn start(self) -> Result<Runtime> {
         let config = self.config;
         config.validate()?;

@@ -1,58 +1,130 @@
 //! The `server` example's binary, for the tests that run it as a child process.
+//!
+//! The binary cargo leaves at `target/<profile>/examples/server` is shared: any build of the
+//! example in the same target directory replaces it, with that build's features. So each test
+//! binary builds the example with its own features (a no-op when it is fresh), links the
+//! result under `target/test-bins/`, asks the link for its features (`server --version`) and
+//! builds again when another build replaced the file in between. Only a binary with exactly
+//! this test binary's features is moved to the path the tests run
+//! (`target/test-bins/server-<profile>-<features>`), so a node restarted later runs it too.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// The `server` example's binary, built (once per test run) by cargo: a no-op when it is fresh.
+/// How many builds may be replaced under this one before it gives up.
+const ATTEMPTS: usize = 5;
+
+/// The `server` example's binary with this test binary's features, built (once per test
+/// binary) by cargo and checked.
+///
+/// # Panics
+/// When cargo fails, or no build of it kept its features long enough to be linked.
 pub fn server_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("current exe");
-            // target/<profile>/deps/http_api-<hash> → target/<profile>
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("target/<profile>")
-                .to_path_buf();
-            let binary = profile_dir
-                .join("examples")
-                .join(format!("server{}", std::env::consts::EXE_SUFFIX));
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut build = Command::new(cargo);
-            build
-                .args(["build", "--quiet", "--example", "server"])
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            if let Some(target_dir) = profile_dir.parent() {
-                build.arg("--target-dir").arg(target_dir);
-            }
-            // The same features as this test binary, so the library is not rebuilt back and
-            // forth.
-            // `postgres` too: the multi-node tests run it on a postgres:// URL.
-            let features: Vec<&str> = [
-                ("crash-points", cfg!(feature = "crash-points")),
-                ("postgres", cfg!(feature = "postgres")),
-            ]
-            .into_iter()
-            .filter_map(|(name, on)| on.then_some(name))
-            .collect();
-            if !features.is_empty() {
-                build.args(["--features", &features.join(",")]);
-            }
-            if profile_dir
-                .file_name()
-                .is_some_and(|name| name == "release")
-            {
-                build.arg("--release");
-            }
-            let built = build.status().is_ok_and(|status| status.success());
-            assert!(
-                built || binary.exists(),
-                "could not build the server example ({})",
-                binary.display()
-            );
-            binary
-        })
-        .clone()
+    BINARY.get_or_init(build_and_check).clone()
+}
+
+/// The cargo features the server must have: the library's default `http`, and those of this
+/// test binary among `crash-points` and `postgres` (the same as the tests', so the library is
+/// not rebuilt back and forth; `postgres` for the multi-node tests' `postgres://` URLs).
+fn wanted() -> BTreeSet<String> {
+    [
+        ("http", true),
+        ("crash-points", cfg!(feature = "crash-points")),
+        ("postgres", cfg!(feature = "postgres")),
+    ]
+    .into_iter()
+    .filter(|(_, on)| *on)
+    .map(|(name, _)| name.to_owned())
+    .collect()
+}
+
+fn build_and_check() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/http_api-<hash> → target/<profile>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf();
+    let target_dir = profile_dir.parent().expect("target").to_path_buf();
+    let profile = profile_dir
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or("debug")
+        .to_owned();
+    let shared = profile_dir
+        .join("examples")
+        .join(format!("server{}", std::env::consts::EXE_SUFFIX));
+    let wanted = wanted();
+    let bins = target_dir.join("test-bins");
+    std::fs::create_dir_all(&bins).expect("create target/test-bins");
+    let tag = wanted.iter().cloned().collect::<Vec<_>>().join("-");
+    let kept = bins.join(format!(
+        "server-{profile}-{tag}{}",
+        std::env::consts::EXE_SUFFIX
+    ));
+    let candidate = bins.join(format!("server-{profile}-{tag}.{}.tmp", std::process::id()));
+    let mut found = None;
+    for _ in 0..ATTEMPTS {
+        build(&target_dir, &profile, &wanted);
+        let _ = std::fs::remove_file(&candidate);
+        // A link keeps this build's file even if another build replaces the shared path.
+        if std::fs::hard_link(&shared, &candidate).is_err() {
+            std::fs::copy(&shared, &candidate).expect("copy the server binary");
+        }
+        let features = features_of(&candidate);
+        if features.as_ref() == Some(&wanted) {
+            std::fs::rename(&candidate, &kept).expect("keep the server binary");
+            return kept;
+        }
+        eprintln!(
+            "{}: features {features:?}, not {wanted:?} (another build replaced it); building again",
+            shared.display()
+        );
+        found = features;
+    }
+    let _ = std::fs::remove_file(&candidate);
+    panic!(
+        "the server example at {} kept being replaced by builds with other features (last seen \
+         {found:?}, wanted {wanted:?})",
+        shared.display()
+    );
+}
+
+/// Builds the example with `features` in `target_dir` (a no-op when it is fresh).
+fn build(target_dir: &Path, profile: &str, features: &BTreeSet<String>) {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "--quiet", "--example", "server"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("--target-dir")
+        .arg(target_dir);
+    let extra: Vec<&str> = features
+        .iter()
+        .map(String::as_str)
+        .filter(|f| *f != "http")
+        .collect();
+    if !extra.is_empty() {
+        build.args(["--features", &extra.join(",")]);
+    }
+    if profile == "release" {
+        build.arg("--release");
+    }
+    let status = build.status().expect("run cargo build");
+    assert!(
+        status.success(),
+        "could not build the server example: {status}"
+    );
+}
+
+/// The features `binary` says it was built with (`--version`: `server 0.1.0 (features: …)`).
+fn features_of(binary: &Path) -> Option<BTreeSet<String>> {
+    let output = Command::new(binary).arg("--version").output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let list = text.split("(features:").nth(1)?.split(')').next()?;
+    Some(list.split_whitespace().map(str::to_owned).collect())
 }

@@ -450,10 +450,13 @@ impl StoreView {
 
     /// Whether the session's latest turn, settled in the boot whose first event is `from`,
     /// scheduled the next queued prompt, and that prompt's turn has not claimed yet: the turn
-    /// promoted a prompt, and a `queue` input admitted after the latest interrupt request before
-    /// its terminal was still pending at the terminal. Then a turn of its own is owed to it
-    /// (queued prompts continue). The restart sweep's own outcomes — an `aborted` failure, and
-    /// the `interrupted{user}` of a fenced turn, the boot's first event — schedule nothing.
+    /// promoted a prompt, and a `queue` input admitted after the session's latest interrupt
+    /// request was still pending at the terminal. Then a turn of its own is owed to it (queued
+    /// prompts continue). An interrupt request after the terminal fences that input like any
+    /// other admitted before it (its wake is dropped; only prompts admitted after the request
+    /// still run), so nothing is due then. The restart sweep's own outcomes — an `aborted`
+    /// failure, and the `interrupted{user}` of a fenced turn, the boot's first event — schedule
+    /// nothing.
     pub fn continuation_due(&self, session: &str, from: u64) -> bool {
         let Some(events) = self.events.get(session) else {
             return false;
@@ -486,7 +489,7 @@ impl StoreView {
             .messages
             .values()
             .any(|m| m.session == session && m.kind == "user" && m.seq > claim && m.seq < end.seq);
-        let fence = self.interrupt_fence_before(session, end.seq);
+        let fence = self.interrupt_fence(session);
         let queued = self.inputs.values().any(|input| {
             input.session == session
                 && input.delivery == "queue"

@@ -9,7 +9,7 @@ use rusqlite::Connection;
 
 pub(crate) use crate::config::Synchronous;
 use crate::error::StoreError;
-use crate::journal::sqlite::schema;
+use crate::journal::sqlite::{schema, wal};
 
 /// A pool of SQLite connections that all carry the store's PRAGMAs.
 pub(crate) type Pool = r2d2::Pool<SqliteConnectionManager>;
@@ -130,10 +130,13 @@ pub(crate) fn open_connection(cfg: &StoreConfig) -> Result<Connection, StoreErro
 
 /// Opens the database, applies pending migrations and builds the pool.
 ///
-/// The file is first opened and migrated on a plain connection, so that an unopenable, corrupt
-/// or too-new database fails at once with the SQLite error (or [`StoreError::SchemaTooNew`])
-/// rather than after the pool's connection timeout.
+/// A main file that is missing or empty beside a write-ahead log holding committed
+/// transactions is refused first ([`StoreError::WalWithoutDatabase`]), before SQLite opens it
+/// and deletes the log. The file is then opened and migrated on a plain connection, so that an
+/// unopenable, corrupt or too-new database fails at once with the SQLite error (or
+/// [`StoreError::SchemaTooNew`]) rather than after the pool's connection timeout.
 pub(crate) fn open(cfg: &StoreConfig) -> Result<Pool, StoreError> {
+    wal::check_main_file(&cfg.path)?;
     {
         let mut conn = open_connection(cfg)?;
         schema::migrate(&mut conn)?;
