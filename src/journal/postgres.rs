@@ -94,6 +94,8 @@ mod tests_own;
 #[cfg(test)]
 mod tests_parity;
 #[cfg(test)]
+mod tests_rejoin;
+#[cfg(test)]
 mod tests_turn;
 #[cfg(test)]
 mod tests_writer;
