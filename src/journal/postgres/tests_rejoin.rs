@@ -159,8 +159,8 @@ async fn a_rejoining_node_keeps_the_turns_it_claimed_under_its_new_id() {
         .expect("the paused thread")
         .expect("a rejoined and claimed");
     assert_ne!(new_id, old_id);
-    let claim = format!("SELECT claim_boot || ' ' || owner_node FROM session WHERE id = 'fresh'");
-    assert_eq!(value(&db, &claim), Some(format!("{new_id} {new_id}")));
+    let claim = "SELECT claim_boot || ' ' || owner_node FROM session WHERE id = 'fresh'";
+    assert_eq!(value(&db, claim), Some(format!("{new_id} {new_id}")));
 
     // `a` handles its lost lease now: what the old id held is fenced and taken over by `b`.
     let b_id = b.node_id();
