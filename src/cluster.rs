@@ -81,12 +81,13 @@ impl Node {
                 self.take_over().await;
                 self.serve_missed().await;
             }
-            Signal::LeaseLost => {
+            Signal::LeaseLost { generation } => {
                 log::error!(
-                    "node {}: lease lost; cancelling every local turn (other nodes take them over)",
+                    "node {}: lease lost; cancelling every local turn of the sessions acquired \
+                     under its id of generation {generation} (other nodes take them over)",
                     self.env.claimant()
                 );
-                self.registry.fence_all();
+                self.registry.fence(generation);
             }
         }
     }

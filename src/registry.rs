@@ -149,6 +149,7 @@ impl Registry {
             generation,
             touched: AtomicU64::new(self.now_ms()),
             epoch: AtomicU64::new(0),
+            node: AtomicU64::new(0),
         });
         let (env, session, shared) = (env.clone(), id.clone(), stamp.clone());
         let addr = SessionActor::start_in_arbiter(arbiter, move |_| {
@@ -315,15 +316,18 @@ impl Registry {
         actors.values().map(|e| e.addr.clone()).collect()
     }
 
-    /// This node lost its lease (several nodes sharing a database): every live actor stops at
-    /// once without recording anything; the nodes that take its sessions over resume them.
-    pub(crate) fn fence_all(&self) {
+    /// This node lost the lease of its id of generation `node` (several nodes sharing a
+    /// database): every live actor that acquired its session under that id stops at once
+    /// without recording anything; the nodes that take its sessions over resume them. Every
+    /// actor is told, and each decides when it handles the message, after any load it is
+    /// waiting for: an acquisition under a later id (the node rejoined) keeps its actor.
+    pub(crate) fn fence(&self, node: u64) {
         let actors: Vec<_> = lock(&self.actors)
             .values()
             .map(|e| e.addr.clone())
             .collect();
         for addr in actors {
-            addr.do_send(crate::session::messages::Fence);
+            addr.do_send(crate::session::messages::Fence { node });
         }
     }
 

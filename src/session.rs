@@ -103,6 +103,9 @@ pub(crate) struct Stamp {
     /// The fencing epoch of this node's ownership of the session (0 with a single-node store);
     /// here rather than in the actor, which must stay small.
     pub(crate) epoch: AtomicU64,
+    /// The generation of the node id this node acquired the session under (0: not acquired,
+    /// or a single-node store); a lost lease fences only the sessions of its generation.
+    pub(crate) node: AtomicU64,
 }
 
 /// What the actor knows of its session's row and owner.

@@ -282,6 +282,12 @@ pub(crate) trait Store {
     /// epoch this node holds; [`Ownership::Elsewhere`] when a live node owns it. Single-node
     /// engines: `Owned { epoch: 0 }` for every stored session.
     fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError>;
+    /// [`Store::acquire`], with the generation of the node id it ran under (what a
+    /// [`Signal::LeaseLost`] of that generation fences). Single-node engines: generation 0,
+    /// which no signal names.
+    fn acquire_under(&mut self, session: &SessionId) -> Result<(Ownership, u64), StoreError> {
+        Ok((self.acquire(session)?, 0))
+    }
     /// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch`; holds the
     /// session's row until COMMIT, so no change of owner commits between the check and the
     /// request's writes. Every write of a turn calls it first. Single-node engines: Ok for

@@ -54,12 +54,16 @@ impl Loads {
 
 /// Whether the session is stored, who owns it and its latest interrupt request.
 pub(super) fn load_one(store: &mut dyn Store, id: &SessionId) -> Result<Loaded, StoreError> {
-    let ownership = store.acquire(id)?;
+    let (ownership, node) = store.acquire_under(id)?;
     let fence = match ownership {
         Ownership::Missing => None,
         _ => store.latest_interrupt_seq(id)?,
     };
-    Ok(Loaded { ownership, fence })
+    Ok(Loaded {
+        ownership,
+        fence,
+        node,
+    })
 }
 
 impl Journal {

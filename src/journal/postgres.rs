@@ -94,6 +94,8 @@ mod tests_own;
 #[cfg(test)]
 mod tests_parity;
 #[cfg(test)]
+mod tests_rejoin;
+#[cfg(test)]
 mod tests_turn;
 #[cfg(test)]
 mod tests_writer;
@@ -107,24 +109,32 @@ pub(crate) use self::readers::PgReaders;
 pub(crate) use self::writer::PgWriter;
 
 /// This node's current id, shared by its connections and threads: set when the store opens,
-/// replaced when the node rejoins under a new id after its lease lapsed (see [`node`]).
+/// replaced when the node rejoins under a new id after its lease lapsed (see [`node`]). Each id
+/// has a generation, 1 for the first and one more for each rejoin: what the node acquired
+/// under an id is told apart by it (see [`Signal::LeaseLost`](crate::journal::Signal)).
 #[derive(Debug)]
-pub(crate) struct NodeId(std::sync::RwLock<Arc<str>>);
+pub(crate) struct NodeId(std::sync::RwLock<(u64, Arc<str>)>);
 
 impl NodeId {
-    /// The id `id`, shared.
+    /// The id `id` (generation 1), shared.
     pub(crate) fn new(id: &str) -> Arc<Self> {
-        Arc::new(Self(std::sync::RwLock::new(Arc::from(id))))
+        Arc::new(Self(std::sync::RwLock::new((1, Arc::from(id)))))
     }
 
     /// The current id.
     pub(crate) fn get(&self) -> Arc<str> {
+        self.current().1
+    }
+
+    /// The current id's generation and the id, read together.
+    pub(crate) fn current(&self) -> (u64, Arc<str>) {
         self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Replaces the id (the node rejoined).
+    /// Replaces the id (the node rejoined): the next generation.
     pub(crate) fn set(&self, id: Arc<str>) {
-        *self.0.write().unwrap_or_else(|e| e.into_inner()) = id;
+        let mut current = self.0.write().unwrap_or_else(|e| e.into_inner());
+        *current = (current.0 + 1, id);
     }
 }
 

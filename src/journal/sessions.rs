@@ -25,6 +25,8 @@ pub(crate) struct Loaded {
     pub(crate) ownership: Ownership,
     /// The seq of its latest interrupt request.
     pub(crate) fence: Option<u64>,
+    /// The generation of the node id it was acquired under (0 with a single-node store).
+    pub(crate) node: u64,
 }
 
 /// How many sessions hold a claim and how old the oldest claim is.
@@ -97,21 +99,22 @@ impl Journal {
     /// Carries `nudge` to the owner of `session`, for an actor that found another live node
     /// owning it: in one transaction, takes the session for this node if no live node owns it
     /// any more (then returns the new epoch: carry the nudge out here), or has the owner
-    /// notified at COMMIT (`None`). `None` as well when the session is not stored.
+    /// notified at COMMIT (`None`). `None` as well when the session is not stored. The epoch
+    /// comes with the generation of the node id it was taken under (see [`Loaded::node`]).
     pub(crate) async fn forward(
         &self,
         session: SessionId,
         nudge: Nudge,
-    ) -> Result<Option<u64>, StoreError> {
+    ) -> Result<Option<(u64, u64)>, StoreError> {
         self.inner
             .persistence
-            .write(move |w| match w.store().acquire(&session)? {
-                Ownership::Owned { epoch } => Ok(Some(epoch)),
-                Ownership::Elsewhere { .. } => {
+            .write(move |w| match w.store().acquire_under(&session)? {
+                (Ownership::Owned { epoch }, node) => Ok(Some((epoch, node))),
+                (Ownership::Elsewhere { .. }, _) => {
                     w.store().route(&session, nudge)?;
                     Ok(None)
                 }
-                Ownership::Missing => Ok(None),
+                (Ownership::Missing, _) => Ok(None),
             })
             .await
     }

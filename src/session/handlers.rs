@@ -42,7 +42,15 @@ impl SessionActor {
     /// it, and its durable interrupt fence.
     fn loaded(&mut self, loaded: Result<Loaded, StoreError>) {
         match loaded {
-            Ok(Loaded { ownership, fence }) => {
+            Ok(Loaded {
+                ownership,
+                fence,
+                node,
+            }) => {
+                let acquired = matches!(ownership, Ownership::Owned { .. });
+                self.stamp
+                    .node
+                    .store(if acquired { node } else { 0 }, Ordering::Relaxed);
                 self.held = match ownership {
                     Ownership::Owned { epoch } => {
                         self.stamp.epoch.store(epoch, Ordering::Relaxed);
@@ -79,8 +87,9 @@ impl SessionActor {
             forward
                 .into_actor(self)
                 .map(move |forwarded, act, ctx| match forwarded {
-                    Ok(Some(epoch)) => {
+                    Ok(Some((epoch, node))) => {
                         act.stamp.epoch.store(epoch, Ordering::Relaxed);
+                        act.stamp.node.store(node, Ordering::Relaxed);
                         act.held = Held::Mine;
                         then(act, ctx);
                     }
@@ -216,9 +225,14 @@ impl Handler<Close> for SessionActor {
 impl Handler<Fence> for SessionActor {
     type Result = ();
 
-    /// This node lost its lease: it owns nothing any more. The drain is dropped (cancelled)
-    /// without recording anything, the claim stays for the node that takes the session over.
-    fn handle(&mut self, _: Fence, ctx: &mut Self::Context) {
+    /// This node lost the lease of the id it acquired the session under: the session is not
+    /// its own any more. The drain is dropped (cancelled) without recording anything, the claim
+    /// stays for the node that takes the session over. A session acquired under another id
+    /// (a later one: the node rejoined), or not acquired, is not this fence's.
+    fn handle(&mut self, msg: Fence, ctx: &mut Self::Context) {
+        if self.stamp.node.load(Ordering::Relaxed) != msg.node {
+            return;
+        }
         self.fenced = true;
         ctx.stop();
     }

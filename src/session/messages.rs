@@ -58,11 +58,15 @@ pub(crate) struct Close;
 #[rtype(result = "()")]
 pub(crate) struct Passivate;
 
-/// This node lost its lease (several nodes sharing a database): stop at once, recording
-/// nothing; the node that takes the session over resumes its turn.
+/// This node lost the lease of one of its ids (several nodes sharing a database): an actor that
+/// acquired its session under that id stops at once, recording nothing; the node that takes
+/// the session over resumes its turn. Any other actor carries on.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]
-pub(crate) struct Fence;
+pub(crate) struct Fence {
+    /// The generation of the node id whose lease was lost ([`super::Stamp::node`]).
+    pub(crate) node: u64,
+}
 
 /// The session was deleted: forget what was loaded of it and stop once no turn runs (a turn
 /// still running finds its session gone at its next write, is fenced, and the actor stops

@@ -73,8 +73,13 @@ pub(crate) enum Signal {
     /// sessions of dead nodes to take over).
     Rescan,
     /// This node's lease lapsed (or the database was unreachable for longer than the lease):
-    /// it no longer owns anything and must cancel its drains and forget its sessions.
-    LeaseLost,
+    /// nothing it acquired under that id is its own any more; it cancels those sessions'
+    /// drains and forgets them. What it acquired under a later id (it rejoins at once) stays.
+    LeaseLost {
+        /// The generation of the node id whose lease was lost (see
+        /// [`Store::acquire_under`](super::Store::acquire_under)).
+        generation: u64,
+    },
 }
 
 /// What the restart sweep reads of a claimed turn ([`Store::claimed_turn`]).

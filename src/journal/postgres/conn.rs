@@ -82,6 +82,11 @@ impl PgConn {
         self.node.get()
     }
 
+    /// This node's current id and its generation, read together.
+    pub(crate) fn node_generation(&self) -> (u64, std::sync::Arc<str>) {
+        self.node.current()
+    }
+
     /// The client.
     pub(crate) fn client(&mut self) -> Result<&mut Client, StoreError> {
         self.client

@@ -6,10 +6,12 @@
 //!   AND lease_until > now()`. No row updated (the lease lapsed: other nodes may have taken this
 //!   node's sessions), or no successful renewal for a whole lease (by this node's monotonic
 //!   clock, counted from the start of the last successful renewal, so never later than the
-//!   database sees the lapse) ⇒ [`Signal::LeaseLost`] (the runtime fences every local turn),
-//!   then the node rejoins under a new id: a new row with a fresh lease, the new id in every
+//!   database sees the lapse) ⇒ [`Signal::LeaseLost`] naming the lost id's generation (the
+//!   runtime fences the sessions it acquired under that id), then the node rejoins under a new
+//!   id at once: a new row with a fresh lease, the new id (the next generation) in every
 //!   connection, its own channel listened to. What it owned under the old id is taken over like
-//!   any dead node's sessions — by itself too, under the new id. About every
+//!   any dead node's sessions — by itself too, under the new id; what it acquires and claims
+//!   under the new id, even before the runtime handled the signal, stays its own. About every
 //!   ten renewals it also deletes the rows of nodes whose lease lapsed more than ten leases ago
 //!   and that no session refers to.
 //! - Listener: `LISTEN "ds_node_<me>"`, `ds_events`, `ds_nodes`. A nudge on its own channel is
@@ -259,7 +261,7 @@ fn lease_loop(cfg: &PgConfig, id: &NodeId, tx: &UnboundedSender<Signal>, shared:
             }
             continue;
         }
-        let me = id.get();
+        let (generation, me) = id.current();
         let started = Instant::now();
         let mut lapsed = false;
         if let Some(c) = client.as_mut() {
@@ -282,8 +284,8 @@ fn lease_loop(cfg: &PgConfig, id: &NodeId, tx: &UnboundedSender<Signal>, shared:
             if shared.left.load(Ordering::SeqCst) {
                 return;
             }
-            log::error!("postgres: node {me}: lease lost; fencing every local turn");
-            let _ = tx.send(Signal::LeaseLost);
+            log::error!("postgres: node {me}: lease lost; fencing what it acquired as {me}");
+            let _ = tx.send(Signal::LeaseLost { generation });
             lost = Some(me);
         }
     }

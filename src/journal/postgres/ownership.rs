@@ -21,8 +21,15 @@ use crate::journal::backend::{Nudge, Ownership, Route};
 /// interrupt fence). Taking it here would let a wake start a plain turn over the dead turn's
 /// claim. It reads as [`Ownership::Elsewhere`], naming the boot that holds the claim; the
 /// durable wake mark or interrupt request is served when the takeover resumes the turn.
-pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownership, StoreError> {
-    let me = conn.node_arc();
+///
+/// Returns the generation of the node id it acquired as (one id throughout, however the node's
+/// id changes meanwhile).
+pub(crate) fn acquire(
+    conn: &mut PgConn,
+    session: &SessionId,
+) -> Result<(Ownership, u64), StoreError> {
+    let (generation, me) = conn.node_generation();
+    let owned = |ownership| Ok((ownership, generation));
     for _ in 0..3 {
         let taken = conn.query_opt(
             concat!(
@@ -36,7 +43,7 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
             &[&session.as_str(), &&*me],
         )?;
         if let Some(row) = taken {
-            return Ok(Ownership::Owned {
+            return owned(Ownership::Owned {
                 epoch: seq_value(row.try_get(0)?)?,
             });
         }
@@ -46,17 +53,17 @@ pub(crate) fn acquire(conn: &mut PgConn, session: &SessionId) -> Result<Ownershi
             &[&session.as_str()],
         )?;
         match owner {
-            None => return Ok(Ownership::Missing),
+            None => return owned(Ownership::Missing),
             Some(row) => {
                 if let Some(node) = row.try_get::<_, Option<String>>(0)? {
                     if node != *me {
-                        return Ok(Ownership::Elsewhere { node });
+                        return owned(Ownership::Elsewhere { node });
                     }
                 }
                 // Nobody owns it, and another boot's claim holds it: the takeover's.
                 if let Some(boot) = row.try_get::<_, Option<String>>(1)? {
                     if boot != *me {
-                        return Ok(Ownership::Elsewhere { node: boot });
+                        return owned(Ownership::Elsewhere { node: boot });
                     }
                 }
             }

@@ -292,6 +292,10 @@ impl Store for PgConn {
     }
 
     fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
+        Ok(ownership::acquire(self, session)?.0)
+    }
+
+    fn acquire_under(&mut self, session: &SessionId) -> Result<(Ownership, u64), StoreError> {
         ownership::acquire(self, session)
     }
 

@@ -13,6 +13,11 @@ use crate::error::StoreError;
 use crate::journal::backend::{Nudge, Ownership, Signal, Store, WriterConnection};
 use crate::journal::sqlite::test_support::{info, sid};
 
+/// Whether `signal` is a lost lease.
+fn is_lost(signal: &Signal) -> bool {
+    matches!(signal, Signal::LeaseLost { .. })
+}
+
 #[test]
 fn a_lapsed_lease_is_reported_once() -> Result<(), StoreError> {
     let Some(db) = pg_db("lease_lost") else {
@@ -38,12 +43,11 @@ fn a_lapsed_lease_is_reported_once() -> Result<(), StoreError> {
         "UPDATE node SET lease_until = now() - interval '1 second' WHERE node_id = 'a'",
         &[],
     )?;
-    let lost = wait_for(&mut rx, Duration::from_secs(3), |s| *s == Signal::LeaseLost);
-    assert_eq!(lost, Some(Signal::LeaseLost));
+    let lost = wait_for(&mut rx, Duration::from_secs(3), is_lost);
+    assert_eq!(lost, Some(Signal::LeaseLost { generation: 1 }));
     // It rejoined (see below): no second loss while the new lease is renewed.
     assert_eq!(
-        wait_for(&mut rx, Duration::from_millis(1_500), |s| *s
-            == Signal::LeaseLost),
+        wait_for(&mut rx, Duration::from_millis(1_500), is_lost),
         None
     );
     drop(a);
@@ -73,8 +77,8 @@ fn a_node_that_lost_its_lease_rejoins_under_a_new_id() -> Result<(), StoreError>
         &[],
     )?;
     assert_eq!(
-        wait_for(&mut rx, any, |s| *s == Signal::LeaseLost),
-        Some(Signal::LeaseLost)
+        wait_for(&mut rx, any, is_lost),
+        Some(Signal::LeaseLost { generation: 1 })
     );
     // The listener asks for a rescan once it follows the new id.
     assert_eq!(
@@ -90,10 +94,11 @@ fn a_node_that_lost_its_lease_rejoins_under_a_new_id() -> Result<(), StoreError>
     )?;
     let rows: Vec<(String, bool)> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(rows, vec![("a".into(), false), (new.to_string(), true)]);
-    // The session the old id owned is anyone's now: the new id takes it, at a new epoch.
+    // The session the old id owned is anyone's now: the new id (generation 2) takes it, at a
+    // new epoch.
     assert_eq!(
-        commit(&mut a, |s| s.acquire(&sid("s")))?,
-        Ownership::Owned { epoch: 2 }
+        commit(&mut a, |s| s.acquire_under(&sid("s")))?,
+        (Ownership::Owned { epoch: 2 }, 2)
     );
     let owner: String = admin
         .query_one("SELECT owner_node FROM session WHERE id = 's'", &[])?
@@ -160,8 +165,7 @@ fn a_leaving_node_hands_its_sessions_over_at_once() -> Result<(), StoreError> {
     );
     // The node that left hears of no lost lease.
     assert_eq!(
-        wait_for(&mut a_rx, Duration::from_millis(500), |s| *s
-            == Signal::LeaseLost),
+        wait_for(&mut a_rx, Duration::from_millis(500), is_lost),
         None
     );
     Ok(())
@@ -206,8 +210,8 @@ fn an_unreachable_database_loses_the_lease() -> Result<(), StoreError> {
     };
     let node = super::Node::start(&cfg, super::NodeId::new(&cfg.node_id))?;
     let mut rx = node.take_signals().ok_or(StoreError::Closed)?;
-    let lost = wait_for(&mut rx, Duration::from_secs(5), |s| *s == Signal::LeaseLost);
-    assert_eq!(lost, Some(Signal::LeaseLost));
+    let lost = wait_for(&mut rx, Duration::from_secs(5), is_lost);
+    assert_eq!(lost, Some(Signal::LeaseLost { generation: 1 }));
     Ok(())
 }
 
