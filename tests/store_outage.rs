@@ -10,8 +10,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,21 +23,10 @@ use durable_sessions::{
 use serde_json::json;
 use tokio::sync::Notify;
 
-use common::{StoreView, TestDb, WAIT};
+use common::{is_root, ReadOnly, StoreView, TestDb, WAIT};
 
 /// The resume budget of these runtimes.
 const MAX_ATTEMPTS: u32 = 3;
-
-/// Whether this process runs as root (`chattr +i` needs it).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
-        status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .and_then(|l| l.split_whitespace().nth(2))
-            == Some("0")
-    })
-}
 
 /// Says why the test cannot run here; under `CI=true` that is a failure.
 fn skip(why: &str) {
@@ -51,36 +39,9 @@ fn skip(why: &str) {
 
 /// The database file and its WAL made immutable (the `-shm` file is memory-mapped: an
 /// immutable mapped file faults the process); undone on drop.
-struct Frozen(Vec<PathBuf>);
-
-impl Frozen {
-    fn set(db: &std::path::Path) -> Option<Frozen> {
-        let files = vec![
-            db.to_path_buf(),
-            PathBuf::from(format!("{}-wal", db.display())),
-        ];
-        let mut frozen = Frozen(Vec::new());
-        for file in files {
-            let ok = Command::new("chattr")
-                .arg("+i")
-                .arg(&file)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                return None;
-            }
-            frozen.0.push(file);
-        }
-        Some(frozen)
-    }
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        for file in &self.0 {
-            let _ = Command::new("chattr").arg("-i").arg(file).status();
-        }
-    }
+fn freeze(db: &Path) -> Option<ReadOnly> {
+    let wal = PathBuf::from(format!("{}-wal", db.display()));
+    ReadOnly::set(&[db.to_path_buf(), wal])
 }
 
 /// Appends an `assistant` reply (`{"reply_to"}`) to every user message of the transcript that
@@ -217,7 +178,7 @@ fn a_store_fault_mid_turn_resumes_the_turn_once_the_store_is_back() {
         tokio::time::timeout(WAIT, reached.notified())
             .await
             .expect("the turn reaches its reply");
-        let Some(frozen) = Frozen::set(&db.path) else {
+        let Some(frozen) = freeze(&db.path) else {
             runtime.shutdown().await;
             return skip("chattr +i failed on this filesystem");
         };
@@ -266,7 +227,7 @@ fn a_failed_terminal_is_retried_and_never_claimed_over() {
         tokio::time::timeout(WAIT, reached.notified())
             .await
             .expect("the turn reaches its end");
-        let Some(frozen) = Frozen::set(&db.path) else {
+        let Some(frozen) = freeze(&db.path) else {
             runtime.shutdown().await;
             return skip("chattr +i failed on this filesystem");
         };
