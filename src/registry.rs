@@ -59,6 +59,9 @@ pub(crate) struct Registry {
     /// listing of this process finds them) and could not settle, its transaction having failed,
     /// with their attempt counts: the next sweep settles them.
     stranded: Mutex<Vec<(SessionId, u32)>>,
+    /// Sessions whose actor stopped with a turn in hand (its arbiter stopped, say): their next
+    /// actor heals the claim that turn may have left before claiming (see [`Host::orphaned`]).
+    orphans: Mutex<HashSet<SessionId>>,
     /// Woken when `active` becomes empty (what `shutdown` waits for).
     idle: tokio::sync::Notify,
     arbiters: Vec<ArbiterHandle>,
@@ -112,6 +115,7 @@ impl Registry {
             active: Mutex::new(HashSet::new()),
             adopting: Mutex::new(HashSet::new()),
             stranded: Mutex::new(Vec::new()),
+            orphans: Mutex::new(HashSet::new()),
             idle: tokio::sync::Notify::new(),
             arbiters,
             next_arbiter: AtomicUsize::new(0),
@@ -253,6 +257,12 @@ impl Registry {
         lock(&self.stranded).extend(turns);
     }
 
+    /// Whether `id` is being adopted by a sweep of this node, or was counted by one and left
+    /// to the next ([`Registry::strand`]): the sweeps settle it, not the healer.
+    pub(crate) fn swept(&self, id: &SessionId) -> bool {
+        lock(&self.adopting).contains(id) || lock(&self.stranded).iter().any(|(s, _)| s == id)
+    }
+
     /// Takes the turns [`Registry::strand`] kept.
     pub(crate) fn take_stranded(&self) -> Vec<(SessionId, u32)> {
         std::mem::take(&mut *lock(&self.stranded))
@@ -370,6 +380,14 @@ impl Drop for Adopting<'_> {
 impl Host for Registry {
     fn adopting(&self, id: &SessionId) -> bool {
         lock(&self.adopting).contains(id)
+    }
+
+    fn orphaned(&self, id: &SessionId) {
+        lock(&self.orphans).insert(id.clone());
+    }
+
+    fn take_orphan(&self, id: &SessionId) -> bool {
+        lock(&self.orphans).remove(id)
     }
 
     fn activate(&self, id: &SessionId) {

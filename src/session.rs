@@ -90,6 +90,11 @@ pub(crate) trait Host: Send + Sync {
     /// would start a plain turn next to the adopted one (a second claim, and the resumption
     /// dropped when the resume joins it): they wait until the adoption is done.
     fn adopting(&self, id: &SessionId) -> bool;
+    /// The session's actor stopped with a turn in hand: that turn's claim may be open with no
+    /// live turn. Its next actor heals it before it claims ([`Host::take_orphan`]).
+    fn orphaned(&self, id: &SessionId);
+    /// Whether [`Host::orphaned`] was said of the session since it was last taken.
+    fn take_orphan(&self, id: &SessionId) -> bool;
 }
 
 /// What a session actor and its registry entry share (the registry hands it to the actor when
@@ -160,6 +165,9 @@ pub(crate) struct SessionActor {
     panicked: bool,
     /// Another node took the session over: after settling, the actor stops and forgets it.
     fenced: bool,
+    /// The session may hold a claim of this process with no live turn (a commit whose answer
+    /// was lost, an actor that stopped mid-turn): the next turn heals it instead of claiming.
+    orphan: bool,
 }
 
 /// What only a session with a turn in hand carries.
@@ -178,7 +186,7 @@ struct Running {
     /// restart notice of a resumed turn): its live events never overtake it on a stream.
     committed: Option<u64>,
     /// The drain failed because the store was unavailable: the turn is healed, not settled.
-    store_fault: Option<crate::error::Unavailable>,
+    store_fault: Option<StoreError>,
 }
 
 impl std::fmt::Debug for SessionActor {
@@ -202,6 +210,7 @@ impl SessionActor {
             held: Held::Unknown,
             panicked: false,
             fenced: false,
+            orphan: false,
         }
     }
 
@@ -287,7 +296,11 @@ impl SessionActor {
             return self.coordinator.started(execution, Ok(()));
         }
         crash::point(crash::BEFORE_CLAIM);
-        self.claim(execution, 0, ctx);
+        if std::mem::take(&mut self.orphan) {
+            self.heal_claim(execution, 0, ctx);
+        } else {
+            self.claim(execution, 0, ctx);
+        }
         Vec::new()
     }
 
@@ -312,6 +325,8 @@ impl SessionActor {
             let result = result.map_err(|e| {
                 log::error!("session {}: claim failed: {e}", act.id);
                 act.fenced |= matches!(e, StoreError::Fenced { .. });
+                // The claim may be stored though its answer was lost.
+                act.orphan = !act.fenced;
                 let exit = Exit::Failure(RunError::Other(format!("claim failed: {e}")));
                 act.running.get_or_insert_with(Box::default).claim_failed = Some(Arc::new(e));
                 exit
@@ -338,9 +353,9 @@ impl SessionActor {
             .map_or((None, None), |r| (r.recovery, r.committed));
         let committed = committed.or(recovery.as_ref().map(|r| r.notice_seq));
         let cause = match (mode, recovery) {
-            (Mode::Run, Some(resumption)) => TurnCause::Recovery(resumption),
+            (_, Some(resumption)) => TurnCause::Recovery(resumption),
             (Mode::Run, None) => TurnCause::Resume,
-            (Mode::Wake, _) => TurnCause::Wake { seq: wake_seq },
+            (Mode::Wake, None) => TurnCause::Wake { seq: wake_seq },
         };
         let setup = TurnSetup {
             wake_seq,
@@ -382,8 +397,8 @@ impl SessionActor {
             };
             if matches!(&exit, Exit::Failure(e) if !matches!(e, RunError::Panic(_))) {
                 // The store failed the drain, not the runner: the turn is healed, not settled.
-                if let Some(kind) = faults.store_fault() {
-                    act.running.get_or_insert_with(Box::default).store_fault = Some(kind);
+                if let Some(fault) = faults.store_fault() {
+                    act.running.get_or_insert_with(Box::default).store_fault = Some(fault);
                 }
             }
             let effects = act.coordinator.drain_finished(drain, exit);
@@ -410,18 +425,14 @@ impl SessionActor {
             return self.coordinator.settled(Err(error));
         }
         let store_fault = self.running.as_mut().and_then(|r| r.store_fault.take());
-        if let (Some(kind), Terminal::Failed { error }) = (store_fault, &terminal) {
+        if let (Some(fault), Terminal::Failed { .. }) = (store_fault, &terminal) {
             log::warn!(
-                "session {}: the store failed the turn ({kind}); it stays claimed and resumes \
+                "session {}: the store failed the turn ({fault}); it stays claimed and resumes \
                  once the store answers",
                 self.id
             );
-            let error = StoreError::Unavailable {
-                kind,
-                message: error.message.clone(),
-            };
             // Its callers are told now; the turn itself goes on once the store answers.
-            let effects = self.coordinator.healing(Arc::new(error));
+            let effects = self.coordinator.healing(Arc::new(fault));
             self.heal(0, ctx);
             return effects;
         }
@@ -436,6 +447,7 @@ impl Actor for SessionActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(64);
+        self.orphan = self.env.host.take_orphan(&self.id);
         // Before the first message: whether the session exists, and its interrupt fence.
         self.when_loaded(ctx, |_, _| {});
     }
@@ -445,6 +457,9 @@ impl Actor for SessionActor {
         // kept, so the next boot resumes the turn.
         if self.coordinator.is_active() {
             self.env.host.deactivate(&self.id);
+            if !self.coordinator.is_closed() {
+                self.env.host.orphaned(&self.id);
+            }
         }
         self.env
             .host

@@ -3,11 +3,11 @@
 //! tail), and live-only events, which go to the session's open streams and never to the store.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 
-use crate::error::{Error, Result, StoreError, Unavailable};
+use crate::error::{Error, Result, StoreError};
 use crate::event::{kind, EventRecord, LiveEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::Journal;
@@ -38,9 +38,9 @@ struct Shared {
     /// The seq of the newest durable event this turn committed (its claim, then its own
     /// writes): [`LiveEvent::after_seq`] of what it publishes live.
     committed: AtomicU64,
-    /// The first store fault a read or write of the drain met ([`fault_code`]; 0: none): a
-    /// failed drain is then kept claimed and resumed, not recorded as the runner's failure.
-    store_fault: AtomicU8,
+    /// The first store fault a read or write of the drain met: a failed drain is then kept
+    /// claimed and resumed, not recorded as the runner's failure.
+    store_fault: Mutex<Option<StoreError>>,
 }
 
 /// Marks its drain's [`Turn`]s ended when dropped: the session actor keeps one inside the
@@ -63,29 +63,13 @@ pub(crate) struct FaultProbe(Arc<Shared>);
 
 impl FaultProbe {
     /// The store fault a read or write of the drain met first, if any.
-    pub(crate) fn store_fault(&self) -> Option<Unavailable> {
-        FAULTS
-            .get(usize::from(self.0.store_fault.load(Ordering::Acquire)).checked_sub(1)?)
-            .copied()
+    pub(crate) fn store_fault(&self) -> Option<StoreError> {
+        self.0
+            .store_fault
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
-}
-
-/// The store faults, numbered from 1 by their place here ([`fault_code`]).
-const FAULTS: [Unavailable; 5] = [
-    Unavailable::Full,
-    Unavailable::ReadOnly,
-    Unavailable::Io,
-    Unavailable::Busy,
-    Unavailable::Connection,
-];
-
-/// `kind`'s number in [`Shared::store_fault`].
-fn fault_code(kind: Unavailable) -> u8 {
-    FAULTS
-        .iter()
-        .position(|k| *k == kind)
-        .and_then(|i| u8::try_from(i + 1).ok())
-        .unwrap_or(0)
 }
 
 /// Why a drain runs: what the runner is asked to serve.
@@ -164,7 +148,7 @@ impl Turn {
             shared: Arc::new(Shared {
                 state: AtomicU8::new(OPEN),
                 committed: AtomicU64::new(setup.committed),
-                store_fault: AtomicU8::new(0),
+                store_fault: Mutex::new(None),
             }),
             live: setup.live,
         }
@@ -191,14 +175,15 @@ impl Turn {
         if matches!(error, StoreError::Fenced { .. }) {
             self.shared.state.store(FENCED, Ordering::Release);
         }
-        if let Some(kind) = error.unavailable() {
-            let code = fault_code(kind);
-            let _ = self.shared.store_fault.compare_exchange(
-                0,
-                code,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+        if error.unavailable().is_some() {
+            let mut fault = self
+                .shared
+                .store_fault
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if fault.is_none() {
+                *fault = Some(error.duplicate());
+            }
         }
         error.into()
     }

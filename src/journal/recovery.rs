@@ -146,28 +146,25 @@ impl Journal {
     /// Settles, by the sweep's rules, the turn `boot` itself claimed and left without a live
     /// drain: a drain the store failed under, or a claim whose answer was lost. In one
     /// transaction: counts one more attempt, then resumes it (restart notice and claim), aborts
-    /// it over `max`, or records the user interrupt that came before. With `claim`, only the
-    /// claim taken at that seq is settled; without it, whatever claim `boot` holds. With
-    /// `epoch`, the write is fenced by it (a session actor's); without, the claim being
-    /// `boot`'s is the guard. Nothing (an empty list) when `boot` holds no such claim any more.
+    /// it over `max`, or records the user interrupt that came before. Fenced by
+    /// `epoch`, like every write of a turn. Nothing (an empty list) when `boot` holds no such
+    /// claim any more.
     pub(crate) async fn heal_turn(
         &self,
         session: SessionId,
         boot: String,
-        claim: Option<u64>,
-        epoch: Option<u64>,
+        epoch: u64,
         max: u32,
     ) -> Result<Vec<Swept>, StoreError> {
         self.inner
             .persistence
             .write(move |w| {
-                if let Some(epoch) = epoch {
-                    w.store().check_fence(&session, epoch)?;
-                }
-                let Some(turn) = w.store().claimed_turn(&session, &boot)? else {
-                    return Ok(Vec::new());
-                };
-                let Some(held) = turn.claim.filter(|held| claim.is_none_or(|c| c == *held)) else {
+                w.store().check_fence(&session, epoch)?;
+                let Some(held) = w
+                    .store()
+                    .claimed_turn(&session, &boot)?
+                    .and_then(|t| t.claim)
+                else {
                     return Ok(Vec::new());
                 };
                 let Some(attempts) = w.store().count_own_resume(&session, &boot, held)? else {

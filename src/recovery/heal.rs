@@ -1,32 +1,29 @@
 //! Self-healing while the runtime runs: a claim of this boot (or node) with no live turn in this
 //! process is settled by the restart sweep's rules, without waiting for a restart.
 //!
-//! A session actor keeps the turns the store failed under (see `session::heal`), so such a
-//! claim is rare: a claim whose commit answered an error though it was stored (a connection
-//! lost at COMMIT), or a turn whose actor stopped before it could settle it. Every
-//! [`HEAL_TICK`] the healer lists this claimant's claims; one seen twice in a row at the same
-//! claim seq with no turn active here is an orphan (a live turn is in `active()` from before its
-//! claim until after its release). Its turn is resumed with the restart notice (an attempt
-//! counted), aborted over budget, or recorded interrupted, and its actor resumes it.
+//! A session actor keeps the turns the store failed under and heals a claim it may have left
+//! (see `session::heal`), so such a claim is rare: one whose commit answered an error though it
+//! was stored, with no later turn of the session. Every [`HEAL_TICK`] the healer lists this
+//! claimant's claims; one seen twice in a row at the same claim seq with no turn active here
+//! (a live turn is in `active()` from before its claim until after its release), and no sweep
+//! of this process settling it, is an orphan: its actor is told (`Heal`), and starts a turn
+//! that resumes it with the restart notice (an attempt counted), or aborts it over budget.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::channel::oneshot;
-
 use crate::id::SessionId;
-use crate::journal::Swept;
 use crate::registry::Registry;
-use crate::session::messages::Resume;
+use crate::session::messages::Heal;
 use crate::session::Environment;
 
-/// How often the healer looks for orphaned claims of this process: two reads of the claim
-/// table a second when nothing is orphaned.
+/// How often the healer looks for orphaned claims of this process: one read of the claim
+/// table a second.
 pub(crate) const HEAL_TICK: Duration = Duration::from_secs(1);
 
 /// Starts the healer on the current arbiter; it stops with the registry.
-pub(crate) fn start(registry: Arc<Registry>, env: Arc<Environment>, max_resume_attempts: u32) {
+pub(crate) fn start(registry: Arc<Registry>, env: Arc<Environment>) {
     actix_rt::spawn(async move {
         let mut suspects = HashMap::new();
         loop {
@@ -34,21 +31,20 @@ pub(crate) fn start(registry: Arc<Registry>, env: Arc<Environment>, max_resume_a
             if registry.is_closed() {
                 break;
             }
-            heal(&registry, &env, max_resume_attempts, &mut suspects).await;
+            heal(&registry, &env, &mut suspects).await;
         }
     });
 }
 
-/// One look: settles the claims `suspects` held at the last look that are still held at the
-/// same seq with no turn here, and remembers this look's suspects.
+/// One look: tells the actors of the claims `suspects` held at the last look, still held at
+/// the same seq with no turn here, to heal them; remembers this look's suspects. Returns the
+/// sessions told.
 pub(crate) async fn heal(
     registry: &Registry,
     env: &Arc<Environment>,
-    max: u32,
     suspects: &mut HashMap<SessionId, u64>,
 ) -> Vec<SessionId> {
-    let boot = env.claimant();
-    let claims = match env.journal.own_claims(boot.clone()).await {
+    let claims = match env.journal.own_claims(env.claimant()).await {
         Ok(claims) => claims,
         Err(e) => {
             log::debug!("healer: cannot list this process's claims: {e}");
@@ -57,58 +53,22 @@ pub(crate) async fn heal(
     };
     let active = registry.active();
     let seen = std::mem::take(suspects);
-    let mut orphans = Vec::new();
+    let mut told = Vec::new();
     for (id, claim) in claims {
-        if active.contains(&id) {
+        if active.contains(&id) || registry.swept(&id) {
             continue;
         }
-        if seen.get(&id) == Some(&claim) {
-            orphans.push((id, claim));
-        } else {
+        if seen.get(&id) != Some(&claim) {
             suspects.insert(id, claim);
-        }
-    }
-    if orphans.is_empty() {
-        return Vec::new();
-    }
-    // Wakes and interrupts of these sessions wait until their resumes are delivered; a turn
-    // that started since the listing keeps its session (it settles its own claim).
-    let _adopting = registry.adopt(orphans.iter().map(|(id, _)| id.clone()).collect());
-    let active = registry.active();
-    let mut resumed = Vec::new();
-    for (id, claim) in orphans {
-        if active.contains(&id) {
             continue;
         }
-        log::warn!("session {id}: its claim has no live turn here; settling it");
-        let swept = env
-            .journal
-            .heal_turn(id.clone(), boot.clone(), Some(claim), None, max)
-            .await;
-        let swept = match swept {
-            Ok(swept) => swept,
-            Err(e) => {
-                log::warn!("session {id}: cannot settle its orphaned claim yet: {e}");
-                continue;
-            }
-        };
-        for outcome in swept {
-            if let Swept::Resumed(id, resumption) = outcome {
-                let delivered = registry
-                    .deliver(env, &id, || {
-                        let (reply, _outcome) = oneshot::channel();
-                        let recovery = Some(resumption.clone());
-                        (Resume { reply, recovery }, ())
-                    })
-                    .await;
-                match delivered {
-                    Ok(()) => resumed.push(id),
-                    Err(e) => log::error!("healer: could not resume session {id}: {e}"),
-                }
-            }
+        log::warn!("session {id}: its claim has no live turn here; healing it");
+        match registry.deliver(env, &id, || (Heal, ())).await {
+            Ok(()) => told.push(id),
+            Err(e) => log::warn!("healer: cannot reach session {id}: {e}"),
         }
     }
-    resumed
+    told
 }
 
 #[cfg(test)]

@@ -266,11 +266,7 @@ impl RuntimeBuilder {
         );
         // A claim of this process with no live turn here (its answer was lost, or its actor
         // stopped) is settled while the runtime runs, not at the next restart.
-        crate::recovery::heal::start(
-            runtime.inner.registry.clone(),
-            runtime.inner.env.clone(),
-            runtime.inner.config.max_resume_attempts,
-        );
+        crate::recovery::heal::start(runtime.inner.registry.clone(), runtime.inner.env.clone());
         Ok(runtime)
     }
 }

@@ -450,6 +450,18 @@ impl<T: Tokens, E> Coordinator<T, E> {
             return Vec::new();
         }
         e.healing = true;
+        self.fail_runs(error)
+    }
+
+    /// Answers the `run` callers of the current execution with `error` now (the store is
+    /// unavailable and the execution waits for it): the execution goes on without them.
+    pub fn fail_runs(&mut self, error: E) -> Vec<Effect<T, E>>
+    where
+        E: Clone,
+    {
+        let Some(e) = &mut self.execution else {
+            return Vec::new();
+        };
         e.runs
             .drain(..)
             .map(|token| Effect::AnswerRun(token, Err(error.clone())))

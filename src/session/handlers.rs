@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use super::messages::{AwaitIdle, Close, Fence, Interrupt, Resume, SessionDeleted, Wake};
+use super::messages::{AwaitIdle, Close, Fence, Heal, Interrupt, Resume, SessionDeleted, Wake};
 use super::{Forget, Held, SessionActor};
 use crate::error::{Error, StoreError};
 use crate::journal::{Loaded, Nudge, Ownership};
@@ -177,6 +177,23 @@ impl SessionActor {
                 self.running = None;
             }
         }
+    }
+}
+
+impl Handler<Heal> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Heal, ctx: &mut Self::Context) {
+        self.when_loaded(ctx, |act, ctx| {
+            if act.held != Held::Mine || act.coordinator.is_active() {
+                // Its turn settles its own claim; another node's is not ours.
+                return;
+            }
+            act.orphan = true;
+            let (reply, _outcome) = futures::channel::oneshot::channel();
+            let effects = act.coordinator.run(reply);
+            act.apply(effects, ctx);
+        });
     }
 }
 

@@ -8,6 +8,11 @@
 //!   place by the restart sweep's rules (`Journal::heal_turn`: an attempt counted, the restart
 //!   notice, `Turn::resumption` naming what it had promoted; `failed{aborted}` over budget).
 //!
+//! - A session that may hold a claim of this process with no live turn (a commit whose answer
+//!   was lost, an actor that stopped mid-turn, the healer's word) is healed by its next turn
+//!   before it claims: that claim is resumed by the sweep's rules, and the turn drains as its
+//!   recovery; with no such claim, the turn claims as usual.
+//!
 //! A shutdown ends the retries: the claim stays, and the next boot resumes the turn.
 
 use std::sync::Arc;
@@ -18,7 +23,7 @@ use actix::prelude::*;
 use super::SessionActor;
 use crate::error::StoreError;
 use crate::journal::Swept;
-use crate::outcome::{InterruptReason, Terminal};
+use crate::outcome::{Exit, InterruptReason, RunError, Terminal};
 
 /// The first wait before a write the store refused is tried again.
 const FIRST_RETRY: Duration = Duration::from_millis(50);
@@ -108,6 +113,9 @@ impl SessionActor {
                     if act.retry_later(&e, attempt, ctx, move |act, ctx| {
                         act.commit_terminal(retry, attempt + 1, ctx);
                     }) {
+                        // Its callers are told now; the terminal lands once the store answers.
+                        let effects = act.coordinator.fail_runs(Arc::new(e));
+                        act.apply(effects, ctx);
                         return;
                     }
                     log::error!(
@@ -115,6 +123,8 @@ impl SessionActor {
                         act.id,
                         ending(&terminal)
                     );
+                    // Its claim stays open: the next turn heals it.
+                    act.orphan = true;
                     (Err(Arc::new(e)), None)
                 }
             };
@@ -138,7 +148,7 @@ impl SessionActor {
         let journal = self.env.journal.clone();
         let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
         let max = self.env.max_resume_attempts;
-        let healed = async move { journal.heal_turn(id, boot, None, Some(epoch), max).await };
+        let healed = async move { journal.heal_turn(id, boot, epoch, max).await };
         ctx.spawn(healed.into_actor(self).map(move |result, act, ctx| {
             let swept = match result {
                 Ok(swept) => swept,
@@ -150,6 +160,7 @@ impl SessionActor {
                     }
                     log::error!("session {}: could not resume the turn: {e}", act.id);
                     act.fenced |= matches!(e, StoreError::Fenced { .. });
+                    act.orphan = !act.fenced;
                     let effects = act.coordinator.settled(Err(Arc::new(e)));
                     act.apply(effects, ctx);
                     return;
@@ -177,6 +188,65 @@ impl SessionActor {
             let effects = act.coordinator.resumed();
             act.apply(effects, ctx);
             // Only a drain this resume started takes the resumption.
+            if let Some(running) = act.running.as_mut() {
+                running.recovery = None;
+                if running.drain.is_none() {
+                    act.running = None;
+                }
+            }
+        }));
+    }
+}
+
+impl SessionActor {
+    /// The start hook of a session that may hold an orphaned claim of this process: resumes
+    /// that claim by the sweep's rules, and the execution drains as its recovery; when there is
+    /// none (or the rules ended it), claims as usual.
+    pub(super) fn heal_claim(&mut self, execution: u64, attempt: u32, ctx: &mut Context<Self>) {
+        let journal = self.env.journal.clone();
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
+        let max = self.env.max_resume_attempts;
+        let healed = async move { journal.heal_turn(id, boot, epoch, max).await };
+        ctx.spawn(healed.into_actor(self).map(move |result, act, ctx| {
+            let swept = match result {
+                Ok(swept) => swept,
+                Err(e) => {
+                    if act.coordinator.is_advisory()
+                        && act.retry_later(&e, attempt, ctx, move |act, ctx| {
+                            act.heal_claim(execution, attempt + 1, ctx);
+                        })
+                    {
+                        return;
+                    }
+                    log::error!("session {}: could not heal its claim: {e}", act.id);
+                    act.fenced |= matches!(e, StoreError::Fenced { .. });
+                    act.orphan = !act.fenced;
+                    let exit = Exit::Failure(RunError::Other(format!("claim failed: {e}")));
+                    act.running.get_or_insert_with(Box::default).claim_failed = Some(Arc::new(e));
+                    let effects = act.coordinator.started(execution, Err(exit));
+                    act.apply(effects, ctx);
+                    return;
+                }
+            };
+            let resumed = swept.into_iter().find_map(|swept| match swept {
+                Swept::Resumed(_, resumption) => Some(resumption),
+                _ => None,
+            });
+            let Some(resumption) = resumed else {
+                act.claim(execution, 0, ctx);
+                return;
+            };
+            log::warn!(
+                "session {}: resuming a claim of this process no turn held (attempt {} of {})",
+                act.id,
+                resumption.attempt,
+                resumption.max_attempts
+            );
+            let running = act.running.get_or_insert_with(Box::default);
+            running.committed = Some(resumption.notice_seq);
+            running.recovery = Some(resumption);
+            let effects = act.coordinator.started(execution, Ok(()));
+            act.apply(effects, ctx);
             if let Some(running) = act.running.as_mut() {
                 running.recovery = None;
                 if running.drain.is_none() {

@@ -28,6 +28,12 @@ pub(crate) struct Resume {
     pub(crate) recovery: Option<std::sync::Arc<crate::records::Resumption>>,
 }
 
+/// The healer found a claim of this process on the session with no live turn: unless a turn
+/// runs, start one that heals it (see `session::heal`).
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Heal;
+
 /// Interrupt the running turn.
 #[derive(Debug, Message)]
 #[rtype(result = "()")]

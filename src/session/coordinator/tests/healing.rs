@@ -82,3 +82,20 @@ fn a_close_while_healing_settles_as_shutdown() {
     sim.release_settle(S, Ok(()));
     assert!(sim.active().is_empty());
 }
+
+/// A terminal the store refused is retried by the shell: its `run` callers are answered with
+/// the store's error at once, and once the terminal lands nobody is answered twice.
+#[test]
+fn a_refused_terminal_answers_its_callers_at_once() {
+    let mut sim = Sim::new();
+    sim.hold_settles = true;
+    let run = sim.run(S);
+    sim.finish(S, Exit::Success);
+    let effects = sim.coord(S).fail_runs("disk full".to_owned());
+    sim.apply(S, effects);
+    assert_eq!(sim.run_answer(run), Some(&Err("disk full".to_owned())));
+    assert!(sim.active().contains(&S), "the turn waits for its terminal");
+    sim.release_settle(S, Ok(()));
+    assert_eq!(sim.settled(S), [Terminal::Succeeded]);
+    assert!(sim.active().is_empty());
+}
