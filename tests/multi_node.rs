@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::nodes::{
-    call, connect, notices_after, now_ms, quiesce, sql_violations, words, Ledger, NodeOptions,
-    Nodes, PgView, Spread, Sse, SseEvent,
+    call, connect, notices_after, now_ms, quiesce, request, sql_violations, words, Ledger,
+    NodeOptions, Nodes, PgView, Spread, Sse, SseEvent,
 };
 use common::{run_seed, XorShift};
 use durable_sessions::kind;
-use durable_sessions::testing::postgres::{start_or_skip, PgCluster};
+use durable_sessions::testing::postgres::{start_or_skip, PgCluster, ShutdownMode};
 use serde_json::json;
 
 /// How long a test waits for the nodes to settle (no claim, nothing owed) after its workload.
@@ -1069,5 +1069,212 @@ fn random_node_kills_keep_every_invariant() {
     assert!(
         notices > 0,
         "no turn was ever resumed: the kills hit nothing"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL outages
+
+/// What became of one prompt a client sent straight to one node (no retry elsewhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offered {
+    /// `202`: acknowledged, in the ledger.
+    Acknowledged,
+    /// `503` (`store_unavailable`, or the session's actor unreachable): refused, nothing promised.
+    Refused,
+    /// No answer (the connection broke or timed out): nothing promised either.
+    Unanswered,
+}
+
+/// Sends prompt `message` to `session` on node `addr` once; records it in `ledger` when
+/// acknowledged. Any other answer than `202` or `503` is returned as an error line.
+fn offer(
+    addr: &str,
+    ledger: &Ledger,
+    session: &str,
+    message: &str,
+    text: &str,
+) -> Result<Offered, String> {
+    let body = json!({ "id": message, "text": text, "delivery": "queue" });
+    let path = format!("/sessions/{session}/prompt");
+    match request(addr, "POST", &path, Some(&body)) {
+        Ok((202, answer)) if answer["id"] == json!(message) => {
+            ledger.ack(message, session);
+            Ok(Offered::Acknowledged)
+        }
+        Ok((503, _)) => Ok(Offered::Refused),
+        Ok((status, answer)) => Err(format!("prompt {message} on {addr}: {status} {answer}")),
+        Err(_) => Ok(Offered::Unanswered),
+    }
+}
+
+/// Two nodes with a 10 s lease; PostgreSQL stopped (a fast or an immediate shutdown, by the
+/// seed: every connection broken) for about 3 s while turns stream their replies (100 ms a word, ~1 s a turn) and four clients
+/// keep prompting, then started again on the same data directory and port. A turn whose reply
+/// or terminal the outage failed stays claimed and is resumed in place (or its terminal
+/// retried); its owner's lease never lapses, so nothing takes it over, and no later prompt's
+/// turn is claimed over it. Prompts sent during the outage may be refused (`503`); every
+/// acknowledged one is answered exactly once (or interrupted, or given up by `aborted`), and
+/// every store invariant holds — among them, no `execution.started` over an open claim without
+/// a terminal or a restart notice in between.
+#[test]
+fn a_postgres_outage_shorter_than_the_lease_strands_no_acknowledged_prompt() {
+    let test = "a_postgres_outage_shorter_than_the_lease_strands_no_acknowledged_prompt";
+    let Some((_turn, mut cluster, url)) = database(test, "pg_outage") else {
+        return;
+    };
+    const LEASE: Duration = Duration::from_secs(10);
+    const OUTAGE: Duration = Duration::from_secs(3);
+    const MAX_ATTEMPTS: u32 = 10;
+    let seed = run_seed();
+    // A fast shutdown (open transactions rolled back) or an immediate one (a crash: a COMMIT
+    // in flight may be stored with its answer lost).
+    let mode = if seed % 2 == 0 {
+        ShutdownMode::Fast
+    } else {
+        ShutdownMode::Immediate
+    };
+    eprintln!("{test}: DS_SEED={seed} ({} shutdown)", mode.name());
+    let options = NodeOptions {
+        lease: LEASE,
+        word_delay: Duration::from_millis(100),
+        max_resume_attempts: MAX_ATTEMPTS,
+        server_log: Some(cluster.dir().join("postgres.log")),
+    };
+    let nodes = Nodes::start(&url, 2, &options);
+    let mut db = connect(&url);
+    let node_ids: Vec<String> = nodes.nodes.iter().map(|n| n.node_id(&mut db)).collect();
+    let sessions = create_sessions(&nodes, 40);
+    let ledger = Ledger::default();
+    let addrs: Vec<String> = (0..2).map(|i| nodes.addr(i).to_owned()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outage = Arc::new(AtomicBool::new(false));
+    // Per outcome (acknowledged, refused, unanswered): [before or after the outage, during].
+    let counts = Arc::new(Mutex::new(BTreeMap::<String, [usize; 2]>::new()));
+    const THREADS: u64 = 4;
+    let workload: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (ledger, sessions, addrs) = (ledger.clone(), sessions.clone(), addrs.clone());
+            let (stop, outage, counts) = (stop.clone(), outage.clone(), counts.clone());
+            std::thread::spawn(move || -> Vec<String> {
+                let mut rng = XorShift::new(seed ^ (t + 1));
+                let mut unexpected = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let session = &sessions[rng.below(sessions.len() as u64) as usize];
+                    let addr = &addrs[rng.below(addrs.len() as u64) as usize];
+                    let text = words(6 + rng.below(8) as usize, &format!("t{t}n{n}"));
+                    let message = format!("{session}-t{t}-{n}");
+                    n += 1;
+                    let during = usize::from(outage.load(Ordering::SeqCst));
+                    match offer(addr, &ledger, session, &message, &text) {
+                        Ok(what) => {
+                            counts
+                                .lock()
+                                .unwrap()
+                                .entry(format!("{what:?}"))
+                                .or_default()[during] += 1;
+                        }
+                        Err(line) => unexpected.push(line),
+                    }
+                    std::thread::sleep(Duration::from_millis(20 + rng.below(80)));
+                }
+                unexpected
+            })
+        })
+        .collect();
+
+    // Stop the server once turns are streaming (several sessions claimed).
+    let claimed = "SELECT count(*) FROM session WHERE time_suspended IS NOT NULL";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now: i64 = db.query_one(claimed, &[]).unwrap().get(0);
+        if now >= 8 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never 8 claimed turns at once ({now})\n{}",
+            nodes.logs(20)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let events_before: i64 = db
+        .query_one("SELECT count(*) FROM event", &[])
+        .unwrap()
+        .get(0);
+    drop(db);
+    outage.store(true, Ordering::SeqCst);
+    let stopping = Instant::now();
+    cluster
+        .stop_server(mode)
+        .unwrap_or_else(|e| panic!("stop PostgreSQL: {e}"));
+    let stopped_in = stopping.elapsed();
+    std::thread::sleep(OUTAGE);
+    let starting = Instant::now();
+    cluster
+        .start_server()
+        .unwrap_or_else(|e| panic!("start PostgreSQL again: {e}"));
+    let away = stopping.elapsed();
+    let started_in = starting.elapsed();
+    outage.store(false, Ordering::SeqCst);
+    // The clients go on for a while after it is back: their prompts claim over nothing.
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::SeqCst);
+    let mut unexpected = Vec::new();
+    for handle in workload {
+        unexpected.extend(handle.join().expect("workload thread"));
+    }
+    let mut db = connect(&url);
+    let view = quiesce(&mut db, SETTLE, "after the outage");
+    let tally = assert_every_invariant(
+        &cluster,
+        &mut db,
+        &view,
+        &ledger,
+        MAX_ATTEMPTS,
+        &nodes,
+        "outage",
+    );
+    assert!(
+        unexpected.is_empty(),
+        "answers other than 202 or 503:\n{}",
+        unexpected.join("\n")
+    );
+    // No node lost its lease: the turns the outage failed were resumed by their own owner.
+    let rejoined: Vec<String> = nodes.nodes.iter().map(|n| n.node_id(&mut db)).collect();
+    assert_eq!(
+        rejoined,
+        node_ids,
+        "a node rejoined under a new id: its lease lapsed in a {away:?} outage (lease {LEASE:?})\n{}",
+        nodes.logs(20)
+    );
+    let notices: usize = view
+        .store
+        .sessions
+        .keys()
+        .map(|s| view.store.notices(s))
+        .sum();
+    let aborts: usize = view
+        .store
+        .sessions
+        .keys()
+        .map(|s| view.store.aborts(s))
+        .sum();
+    let counts = counts.lock().unwrap().clone();
+    eprintln!(
+        "PostgreSQL away {away:?} (stopped in {stopped_in:?}, ready {started_in:?} after its \
+         start); {events_before} events before it; prompts [outside, during] the outage: \
+         {counts:?}; {} acknowledged: {} answered, {} interrupted, {} fenced, {} given up; \
+         {notices} restart notices (turns resumed in place), {aborts} aborted",
+        ledger.acked().len(),
+        tally[0],
+        tally[1],
+        tally[2],
+        tally[3]
+    );
+    assert!(
+        notices > 0,
+        "no turn was resumed in place: the outage hit no turn's writes"
     );
 }
