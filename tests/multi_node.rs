@@ -978,32 +978,7 @@ fn random_node_kills_keep_every_invariant() {
     let spread = nodes.spread();
     let stop = Arc::new(AtomicBool::new(false));
     let interrupts = Arc::new(AtomicUsize::new(0));
-    let workload: Vec<_> = (0..4u64)
-        .map(|t| {
-            let (spread, ledger, sessions) = (spread.clone(), ledger.clone(), sessions.clone());
-            let (stop, interrupts) = (stop.clone(), interrupts.clone());
-            std::thread::spawn(move || {
-                let mut rng = XorShift::new(seed ^ (t + 1));
-                let mut n = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    let i = rng.below(sessions.len() as u64) as usize;
-                    let session = &sessions[i];
-                    let node = rng.below(3) as usize;
-                    if rng.chance(120) {
-                        interrupt(&spread, node, session);
-                        interrupts.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        let delivery = if rng.chance(300) { "steer" } else { "queue" };
-                        let text = words(3 + rng.below(8) as usize, &format!("t{t}n{n}"));
-                        let message = format!("{session}-t{t}-{n}");
-                        prompt(&spread, &ledger, node, session, &message, &text, delivery);
-                        n += 1;
-                    }
-                    std::thread::sleep(Duration::from_millis(5 + rng.below(40)));
-                }
-            })
-        })
-        .collect();
+    let workload = random_workload(&spread, &ledger, &sessions, seed, &stop, &interrupts);
 
     let mut rng = XorShift::new(seed);
     let started = Instant::now();
@@ -1040,6 +1015,55 @@ fn random_node_kills_keep_every_invariant() {
         &nodes,
         "kills",
     );
+    let notices = summarize(&view, &ledger, tally, &interrupts);
+    assert!(
+        notices > 0,
+        "no turn was ever resumed: the kills hit nothing"
+    );
+}
+
+/// The random workload of the chaos tests: four clients (seeded from `seed`) sending requests to
+/// random sessions through random nodes until `stop`, 5 to 45 ms apart: 12% interrupts, the
+/// rest prompts of 3 to 10 words (30% of them `steer`, the others `queue`).
+fn random_workload(
+    spread: &Spread,
+    ledger: &Ledger,
+    sessions: &[String],
+    seed: u64,
+    stop: &Arc<AtomicBool>,
+    interrupts: &Arc<AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..4u64)
+        .map(|t| {
+            let (spread, ledger, sessions) = (spread.clone(), ledger.clone(), sessions.to_vec());
+            let (stop, interrupts) = (stop.clone(), interrupts.clone());
+            std::thread::spawn(move || {
+                let mut rng = XorShift::new(seed ^ (t + 1));
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let i = rng.below(sessions.len() as u64) as usize;
+                    let session = &sessions[i];
+                    let node = rng.below(3) as usize;
+                    if rng.chance(120) {
+                        interrupt(&spread, node, session);
+                        interrupts.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        let delivery = if rng.chance(300) { "steer" } else { "queue" };
+                        let text = words(3 + rng.below(8) as usize, &format!("t{t}n{n}"));
+                        let message = format!("{session}-t{t}-{n}");
+                        prompt(&spread, &ledger, node, session, &message, &text, delivery);
+                        n += 1;
+                    }
+                    std::thread::sleep(Duration::from_millis(5 + rng.below(40)));
+                }
+            })
+        })
+        .collect()
+}
+
+/// Prints what a chaos test's workload left (events, prompts by fate, notices, aborts, changes
+/// of owner); returns the number of restart notices.
+fn summarize(view: &PgView, ledger: &Ledger, tally: [usize; 4], interrupts: &AtomicUsize) -> usize {
     let notices: usize = view
         .store
         .sessions
@@ -1066,10 +1090,7 @@ fn random_node_kills_keep_every_invariant() {
         tally[3],
         interrupts.load(Ordering::Relaxed)
     );
-    assert!(
-        notices > 0,
-        "no turn was ever resumed: the kills hit nothing"
-    );
+    notices
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1276,5 +1297,136 @@ fn a_postgres_outage_shorter_than_the_lease_strands_no_acknowledged_prompt() {
     assert!(
         notices > 0,
         "no turn was resumed in place: the outage hit no turn's writes"
+    );
+}
+
+/// One disruption of the chaos test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disruption {
+    /// `SIGKILL` a random node, restart it after 0 to 1.5 s.
+    Kill,
+    /// `SIGSTOP` a random node past its lease, then `SIGCONT`: a zombie the others took over.
+    Pause,
+    /// `pg_ctl restart -m fast`: every connection of every node broken at once.
+    DatabaseRestart,
+}
+
+/// Three nodes with a 2 s lease under the random prompt/interrupt workload of
+/// `random_node_kills_keep_every_invariant` over 60 sessions, and 20 disruptions in a seeded
+/// order, 0.3 to 1.2 s apart: 13 `SIGKILL`s (each node restarted after a random pause), 4
+/// `SIGSTOP`s past the lease then `SIGCONT`, and 3 PostgreSQL restarts (`pg_ctl restart -m
+/// fast`). Then, once every turn settled, every invariant of the crash matrix over the shared
+/// tables (`StoreView::violations`: seqs gap-free, at most one terminal per claimed turn, no
+/// `started` over an open claim without a terminal or a restart notice between, the resume
+/// budget), the cluster's (one writer per epoch, epochs never decreasing, no claim taken over a
+/// live claim of the same session without the restart notice), the SQL ones, and every
+/// acknowledged prompt answered once, interrupted, fenced by a later interrupt, or given up by
+/// `aborted`. Seeded by `DS_SEED` (printed); about a minute.
+#[test]
+fn random_node_kills_pauses_and_database_restarts_keep_every_invariant() {
+    let test = "random_node_kills_pauses_and_database_restarts_keep_every_invariant";
+    let Some((_turn, mut cluster, url)) = database(test, "random_chaos") else {
+        return;
+    };
+    const LEASE: Duration = Duration::from_secs(2);
+    const MAX_ATTEMPTS: u32 = 3;
+    /// No disruption starts after this long (a bound on a loaded machine).
+    const CHAOS_LIMIT: Duration = Duration::from_secs(60);
+    let seed = run_seed();
+    eprintln!("{test}: DS_SEED={seed}");
+    let options = NodeOptions {
+        lease: LEASE,
+        word_delay: Duration::from_millis(40),
+        max_resume_attempts: MAX_ATTEMPTS,
+        server_log: Some(cluster.dir().join("postgres.log")),
+    };
+    let mut nodes = Nodes::start(&url, 3, &options);
+    let sessions = create_sessions(&nodes, 60);
+    let ledger = Ledger::default();
+    let spread = nodes.spread();
+    let stop = Arc::new(AtomicBool::new(false));
+    let interrupts = Arc::new(AtomicUsize::new(0));
+    let workload = random_workload(&spread, &ledger, &sessions, seed, &stop, &interrupts);
+
+    let mut rng = XorShift::new(seed);
+    let mut plan: Vec<Disruption> = [
+        (Disruption::Kill, 13),
+        (Disruption::Pause, 4),
+        (Disruption::DatabaseRestart, 3),
+    ]
+    .into_iter()
+    .flat_map(|(d, n)| std::iter::repeat_n(d, n))
+    .collect();
+    for i in (1..plan.len()).rev() {
+        plan.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let started = Instant::now();
+    let mut done: Vec<String> = Vec::new();
+    for disruption in plan {
+        if started.elapsed() > CHAOS_LIMIT {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300 + rng.below(900)));
+        nodes.assert_alive();
+        match disruption {
+            Disruption::Kill => {
+                let victim = rng.below(3) as usize;
+                nodes.kill(victim);
+                std::thread::sleep(Duration::from_millis(rng.below(1500)));
+                nodes.restart(victim);
+                done.push(format!("kill n{victim}"));
+            }
+            Disruption::Pause => {
+                let victim = rng.below(3) as usize;
+                let frozen = LEASE + Duration::from_millis(300 + rng.below(1000));
+                nodes.take_out(victim);
+                nodes.nodes[victim].pause();
+                std::thread::sleep(frozen);
+                nodes.nodes[victim].resume();
+                nodes.put_back(victim);
+                done.push(format!("pause n{victim} {} ms", frozen.as_millis()));
+            }
+            Disruption::DatabaseRestart => {
+                let away = cluster
+                    .restart(ShutdownMode::Fast)
+                    .unwrap_or_else(|e| panic!("restart PostgreSQL: {e}"));
+                done.push(format!("database restart ({} ms away)", away.as_millis()));
+            }
+        }
+    }
+    let chaos = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for handle in workload {
+        handle.join().expect("workload thread");
+    }
+    nodes.assert_alive();
+    let mut db = connect(&url);
+    let settling = Instant::now();
+    let view = quiesce(&mut db, SETTLE, "after the disruptions");
+    eprintln!(
+        "{} disruptions in {chaos:?} ({}), settled {:?} later",
+        done.len(),
+        done.join(", "),
+        settling.elapsed()
+    );
+    let tally = assert_every_invariant(
+        &cluster,
+        &mut db,
+        &view,
+        &ledger,
+        MAX_ATTEMPTS,
+        &nodes,
+        "kills, pauses and database restarts",
+    );
+    let notices = summarize(&view, &ledger, tally, &interrupts);
+    assert!(
+        notices > 0,
+        "no turn was ever resumed: the disruptions hit nothing"
+    );
+    assert_eq!(
+        done.len(),
+        20,
+        "only {} disruptions within {CHAOS_LIMIT:?}",
+        done.len()
     );
 }
