@@ -1150,7 +1150,7 @@ fn a_postgres_outage_shorter_than_the_lease_strands_no_acknowledged_prompt() {
     let seed = run_seed();
     // A fast shutdown (open transactions rolled back) or an immediate one (a crash: a COMMIT
     // in flight may be stored with its answer lost).
-    let mode = if seed % 2 == 0 {
+    let mode = if seed.is_multiple_of(2) {
         ShutdownMode::Fast
     } else {
         ShutdownMode::Immediate
