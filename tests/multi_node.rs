@@ -1,7 +1,8 @@
 //! Several nodes over one PostgreSQL database, with real processes: the `server` example (built
 //! with `--features postgres`) runs as each node, on a throwaway PostgreSQL cluster
 //! (`testing::postgres`), one database per test. The tests talk to the nodes over HTTP (any
-//! node serves any session), kill (`SIGKILL`) or freeze (`SIGSTOP`) them, and check what the
+//! node serves any session), kill (`SIGKILL`) or freeze (`SIGSTOP`) them, stop or restart
+//! PostgreSQL under them (`PgCluster::stop_server`, `restart`), and check what the
 //! database holds, with the sync `postgres` client: the crash matrix's store-wide invariants
 //! (`tests/common/store.rs`) over a snapshot of the shared tables, plus what only several nodes
 //! promise (each event's node and epoch: one writer per epoch, epochs never decreasing along a

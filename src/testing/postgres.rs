@@ -255,9 +255,9 @@ impl PgCluster {
         self.server.is_some()
     }
 
-    /// Shuts the server down with `pg_ctl stop -m <mode>` and waits until it is gone; the data
-    /// directory and the port are kept for [`PgCluster::start_server`]. Does nothing when the
-    /// server is not running.
+    /// Shuts the server down with `pg_ctl stop -m <mode>` (the `pg_ctl` beside `postgres`) and
+    /// waits until it is gone; the data directory and the port are kept for
+    /// [`PgCluster::start_server`]. Does nothing when the server is not running.
     ///
     /// # Errors
     /// [`PgUnavailable::NotStopped`] when `pg_ctl` fails (the server is then stopped
