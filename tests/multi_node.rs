@@ -1,7 +1,8 @@
 //! Several nodes over one PostgreSQL database, with real processes: the `server` example (built
 //! with `--features postgres`) runs as each node, on a throwaway PostgreSQL cluster
 //! (`testing::postgres`), one database per test. The tests talk to the nodes over HTTP (any
-//! node serves any session), kill (`SIGKILL`) or freeze (`SIGSTOP`) them, and check what the
+//! node serves any session), kill (`SIGKILL`) or freeze (`SIGSTOP`) them, stop or restart
+//! PostgreSQL under them (`PgCluster::stop_server`, `restart`), and check what the
 //! database holds, with the sync `postgres` client: the crash matrix's store-wide invariants
 //! (`tests/common/store.rs`) over a snapshot of the shared tables, plus what only several nodes
 //! promise (each event's node and epoch: one writer per epoch, epochs never decreasing along a
@@ -20,12 +21,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::nodes::{
-    call, connect, notices_after, now_ms, quiesce, sql_violations, words, Ledger, NodeOptions,
-    Nodes, PgView, Spread, Sse, SseEvent,
+    call, connect, notices_after, now_ms, quiesce, request, sql_violations, words, Ledger,
+    NodeOptions, Nodes, PgView, Spread, Sse, SseEvent,
 };
 use common::{run_seed, XorShift};
 use durable_sessions::kind;
-use durable_sessions::testing::postgres::{start_or_skip, PgCluster};
+use durable_sessions::testing::postgres::{start_or_skip, PgCluster, ShutdownMode};
 use serde_json::json;
 
 /// How long a test waits for the nodes to settle (no claim, nothing owed) after its workload.
@@ -978,32 +979,7 @@ fn random_node_kills_keep_every_invariant() {
     let spread = nodes.spread();
     let stop = Arc::new(AtomicBool::new(false));
     let interrupts = Arc::new(AtomicUsize::new(0));
-    let workload: Vec<_> = (0..4u64)
-        .map(|t| {
-            let (spread, ledger, sessions) = (spread.clone(), ledger.clone(), sessions.clone());
-            let (stop, interrupts) = (stop.clone(), interrupts.clone());
-            std::thread::spawn(move || {
-                let mut rng = XorShift::new(seed ^ (t + 1));
-                let mut n = 0;
-                while !stop.load(Ordering::SeqCst) {
-                    let i = rng.below(sessions.len() as u64) as usize;
-                    let session = &sessions[i];
-                    let node = rng.below(3) as usize;
-                    if rng.chance(120) {
-                        interrupt(&spread, node, session);
-                        interrupts.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        let delivery = if rng.chance(300) { "steer" } else { "queue" };
-                        let text = words(3 + rng.below(8) as usize, &format!("t{t}n{n}"));
-                        let message = format!("{session}-t{t}-{n}");
-                        prompt(&spread, &ledger, node, session, &message, &text, delivery);
-                        n += 1;
-                    }
-                    std::thread::sleep(Duration::from_millis(5 + rng.below(40)));
-                }
-            })
-        })
-        .collect();
+    let workload = random_workload(&spread, &ledger, &sessions, seed, &stop, &interrupts);
 
     let mut rng = XorShift::new(seed);
     let started = Instant::now();
@@ -1040,6 +1016,55 @@ fn random_node_kills_keep_every_invariant() {
         &nodes,
         "kills",
     );
+    let notices = summarize(&view, &ledger, tally, &interrupts);
+    assert!(
+        notices > 0,
+        "no turn was ever resumed: the kills hit nothing"
+    );
+}
+
+/// The random workload of the chaos tests: four clients (seeded from `seed`) sending requests to
+/// random sessions through random nodes until `stop`, 5 to 45 ms apart: 12% interrupts, the
+/// rest prompts of 3 to 10 words (30% of them `steer`, the others `queue`).
+fn random_workload(
+    spread: &Spread,
+    ledger: &Ledger,
+    sessions: &[String],
+    seed: u64,
+    stop: &Arc<AtomicBool>,
+    interrupts: &Arc<AtomicUsize>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..4u64)
+        .map(|t| {
+            let (spread, ledger, sessions) = (spread.clone(), ledger.clone(), sessions.to_vec());
+            let (stop, interrupts) = (stop.clone(), interrupts.clone());
+            std::thread::spawn(move || {
+                let mut rng = XorShift::new(seed ^ (t + 1));
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let i = rng.below(sessions.len() as u64) as usize;
+                    let session = &sessions[i];
+                    let node = rng.below(3) as usize;
+                    if rng.chance(120) {
+                        interrupt(&spread, node, session);
+                        interrupts.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        let delivery = if rng.chance(300) { "steer" } else { "queue" };
+                        let text = words(3 + rng.below(8) as usize, &format!("t{t}n{n}"));
+                        let message = format!("{session}-t{t}-{n}");
+                        prompt(&spread, &ledger, node, session, &message, &text, delivery);
+                        n += 1;
+                    }
+                    std::thread::sleep(Duration::from_millis(5 + rng.below(40)));
+                }
+            })
+        })
+        .collect()
+}
+
+/// Prints what a chaos test's workload left (events, prompts by fate, notices, aborts, changes
+/// of owner); returns the number of restart notices.
+fn summarize(view: &PgView, ledger: &Ledger, tally: [usize; 4], interrupts: &AtomicUsize) -> usize {
     let notices: usize = view
         .store
         .sessions
@@ -1066,8 +1091,343 @@ fn random_node_kills_keep_every_invariant() {
         tally[3],
         interrupts.load(Ordering::Relaxed)
     );
+    notices
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL outages
+
+/// What became of one prompt a client sent straight to one node (no retry elsewhere).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Offered {
+    /// `202`: acknowledged, in the ledger.
+    Acknowledged,
+    /// `503` (`store_unavailable`, or the session's actor unreachable): refused, nothing promised.
+    Refused,
+    /// No answer (the connection broke or timed out): nothing promised either.
+    Unanswered,
+}
+
+/// Sends prompt `message` to `session` on node `addr` once; records it in `ledger` when
+/// acknowledged. Any other answer than `202` or `503` is returned as an error line.
+fn offer(
+    addr: &str,
+    ledger: &Ledger,
+    session: &str,
+    message: &str,
+    text: &str,
+) -> Result<Offered, String> {
+    let body = json!({ "id": message, "text": text, "delivery": "queue" });
+    let path = format!("/sessions/{session}/prompt");
+    match request(addr, "POST", &path, Some(&body)) {
+        Ok((202, answer)) if answer["id"] == json!(message) => {
+            ledger.ack(message, session);
+            Ok(Offered::Acknowledged)
+        }
+        Ok((503, _)) => Ok(Offered::Refused),
+        Ok((status, answer)) => Err(format!("prompt {message} on {addr}: {status} {answer}")),
+        Err(_) => Ok(Offered::Unanswered),
+    }
+}
+
+/// Two nodes with a 10 s lease; PostgreSQL stopped (a fast or an immediate shutdown, by the
+/// seed: every connection broken) for about 3 s while turns stream their replies (100 ms a word, ~1 s a turn) and four clients
+/// keep prompting, then started again on the same data directory and port. A turn whose reply
+/// or terminal the outage failed stays claimed and is resumed in place (or its terminal
+/// retried); its owner's lease never lapses, so nothing takes it over, and no later prompt's
+/// turn is claimed over it. Prompts sent during the outage may be refused (`503`); every
+/// acknowledged one is answered exactly once (or interrupted, or given up by `aborted`), and
+/// every store invariant holds — among them, no `execution.started` over an open claim without
+/// a terminal or a restart notice in between.
+#[test]
+fn a_postgres_outage_shorter_than_the_lease_strands_no_acknowledged_prompt() {
+    let test = "a_postgres_outage_shorter_than_the_lease_strands_no_acknowledged_prompt";
+    let Some((_turn, mut cluster, url)) = database(test, "pg_outage") else {
+        return;
+    };
+    const LEASE: Duration = Duration::from_secs(10);
+    const OUTAGE: Duration = Duration::from_secs(3);
+    const MAX_ATTEMPTS: u32 = 10;
+    let seed = run_seed();
+    // A fast shutdown (open transactions rolled back) or an immediate one (a crash: a COMMIT
+    // in flight may be stored with its answer lost).
+    let mode = if seed.is_multiple_of(2) {
+        ShutdownMode::Fast
+    } else {
+        ShutdownMode::Immediate
+    };
+    eprintln!("{test}: DS_SEED={seed} ({} shutdown)", mode.name());
+    let options = NodeOptions {
+        lease: LEASE,
+        word_delay: Duration::from_millis(100),
+        max_resume_attempts: MAX_ATTEMPTS,
+        server_log: Some(cluster.dir().join("postgres.log")),
+    };
+    let nodes = Nodes::start(&url, 2, &options);
+    let mut db = connect(&url);
+    let node_ids: Vec<String> = nodes.nodes.iter().map(|n| n.node_id(&mut db)).collect();
+    let sessions = create_sessions(&nodes, 40);
+    let ledger = Ledger::default();
+    let addrs: Vec<String> = (0..2).map(|i| nodes.addr(i).to_owned()).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let outage = Arc::new(AtomicBool::new(false));
+    // Per outcome (acknowledged, refused, unanswered): [before or after the outage, during].
+    let counts = Arc::new(Mutex::new(BTreeMap::<String, [usize; 2]>::new()));
+    const THREADS: u64 = 4;
+    let workload: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (ledger, sessions, addrs) = (ledger.clone(), sessions.clone(), addrs.clone());
+            let (stop, outage, counts) = (stop.clone(), outage.clone(), counts.clone());
+            std::thread::spawn(move || -> Vec<String> {
+                let mut rng = XorShift::new(seed ^ (t + 1));
+                let mut unexpected = Vec::new();
+                let mut n = 0;
+                while !stop.load(Ordering::SeqCst) {
+                    let session = &sessions[rng.below(sessions.len() as u64) as usize];
+                    let addr = &addrs[rng.below(addrs.len() as u64) as usize];
+                    let text = words(6 + rng.below(8) as usize, &format!("t{t}n{n}"));
+                    let message = format!("{session}-t{t}-{n}");
+                    n += 1;
+                    let during = usize::from(outage.load(Ordering::SeqCst));
+                    match offer(addr, &ledger, session, &message, &text) {
+                        Ok(what) => {
+                            counts
+                                .lock()
+                                .unwrap()
+                                .entry(format!("{what:?}"))
+                                .or_default()[during] += 1;
+                        }
+                        Err(line) => unexpected.push(line),
+                    }
+                    std::thread::sleep(Duration::from_millis(20 + rng.below(80)));
+                }
+                unexpected
+            })
+        })
+        .collect();
+
+    // Stop the server once turns are streaming (several sessions claimed).
+    let claimed = "SELECT count(*) FROM session WHERE time_suspended IS NOT NULL";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now: i64 = db.query_one(claimed, &[]).unwrap().get(0);
+        if now >= 8 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never 8 claimed turns at once ({now})\n{}",
+            nodes.logs(20)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let events_before: i64 = db
+        .query_one("SELECT count(*) FROM event", &[])
+        .unwrap()
+        .get(0);
+    drop(db);
+    outage.store(true, Ordering::SeqCst);
+    let stopping = Instant::now();
+    cluster
+        .stop_server(mode)
+        .unwrap_or_else(|e| panic!("stop PostgreSQL: {e}"));
+    let stopped_in = stopping.elapsed();
+    std::thread::sleep(OUTAGE);
+    let starting = Instant::now();
+    cluster
+        .start_server()
+        .unwrap_or_else(|e| panic!("start PostgreSQL again: {e}"));
+    let away = stopping.elapsed();
+    let started_in = starting.elapsed();
+    outage.store(false, Ordering::SeqCst);
+    // The clients go on for a while after it is back: their prompts claim over nothing.
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, Ordering::SeqCst);
+    let mut unexpected = Vec::new();
+    for handle in workload {
+        unexpected.extend(handle.join().expect("workload thread"));
+    }
+    let mut db = connect(&url);
+    let view = quiesce(&mut db, SETTLE, "after the outage");
+    let tally = assert_every_invariant(
+        &cluster,
+        &mut db,
+        &view,
+        &ledger,
+        MAX_ATTEMPTS,
+        &nodes,
+        "outage",
+    );
+    assert!(
+        unexpected.is_empty(),
+        "answers other than 202 or 503:\n{}",
+        unexpected.join("\n")
+    );
+    // No node lost its lease: the turns the outage failed were resumed by their own owner.
+    let rejoined: Vec<String> = nodes.nodes.iter().map(|n| n.node_id(&mut db)).collect();
+    assert_eq!(
+        rejoined,
+        node_ids,
+        "a node rejoined under a new id: its lease lapsed in a {away:?} outage (lease {LEASE:?})\n{}",
+        nodes.logs(20)
+    );
+    let notices: usize = view
+        .store
+        .sessions
+        .keys()
+        .map(|s| view.store.notices(s))
+        .sum();
+    let aborts: usize = view
+        .store
+        .sessions
+        .keys()
+        .map(|s| view.store.aborts(s))
+        .sum();
+    let counts = counts.lock().unwrap().clone();
+    eprintln!(
+        "PostgreSQL away {away:?} (stopped in {stopped_in:?}, ready {started_in:?} after its \
+         start); {events_before} events before it; prompts [outside, during] the outage: \
+         {counts:?}; {} acknowledged: {} answered, {} interrupted, {} fenced, {} given up; \
+         {notices} restart notices (turns resumed in place), {aborts} aborted",
+        ledger.acked().len(),
+        tally[0],
+        tally[1],
+        tally[2],
+        tally[3]
+    );
     assert!(
         notices > 0,
-        "no turn was ever resumed: the kills hit nothing"
+        "no turn was resumed in place: the outage hit no turn's writes"
+    );
+}
+
+/// One disruption of the chaos test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disruption {
+    /// `SIGKILL` a random node, restart it after 0 to 1.5 s.
+    Kill,
+    /// `SIGSTOP` a random node past its lease, then `SIGCONT`: a zombie the others took over.
+    Pause,
+    /// `pg_ctl restart -m fast`: every connection of every node broken at once.
+    DatabaseRestart,
+}
+
+/// Three nodes with a 2 s lease under the random prompt/interrupt workload of
+/// `random_node_kills_keep_every_invariant` over 60 sessions, and 20 disruptions in a seeded
+/// order, 0.3 to 1.2 s apart: 13 `SIGKILL`s (each node restarted after a random pause), 4
+/// `SIGSTOP`s past the lease then `SIGCONT`, and 3 PostgreSQL restarts (`pg_ctl restart -m
+/// fast`). Then, once every turn settled, every invariant of the crash matrix over the shared
+/// tables (`StoreView::violations`: seqs gap-free, at most one terminal per claimed turn, no
+/// `started` over an open claim without a terminal or a restart notice between, the resume
+/// budget), the cluster's (one writer per epoch, epochs never decreasing, no claim taken over a
+/// live claim of the same session without the restart notice), the SQL ones, and every
+/// acknowledged prompt answered once, interrupted, fenced by a later interrupt, or given up by
+/// `aborted`. Seeded by `DS_SEED` (printed); about a minute.
+#[test]
+fn random_node_kills_pauses_and_database_restarts_keep_every_invariant() {
+    let test = "random_node_kills_pauses_and_database_restarts_keep_every_invariant";
+    let Some((_turn, mut cluster, url)) = database(test, "random_chaos") else {
+        return;
+    };
+    const LEASE: Duration = Duration::from_secs(2);
+    const MAX_ATTEMPTS: u32 = 3;
+    /// No disruption starts after this long (a bound on a loaded machine).
+    const CHAOS_LIMIT: Duration = Duration::from_secs(60);
+    let seed = run_seed();
+    eprintln!("{test}: DS_SEED={seed}");
+    let options = NodeOptions {
+        lease: LEASE,
+        word_delay: Duration::from_millis(40),
+        max_resume_attempts: MAX_ATTEMPTS,
+        server_log: Some(cluster.dir().join("postgres.log")),
+    };
+    let mut nodes = Nodes::start(&url, 3, &options);
+    let sessions = create_sessions(&nodes, 60);
+    let ledger = Ledger::default();
+    let spread = nodes.spread();
+    let stop = Arc::new(AtomicBool::new(false));
+    let interrupts = Arc::new(AtomicUsize::new(0));
+    let workload = random_workload(&spread, &ledger, &sessions, seed, &stop, &interrupts);
+
+    let mut rng = XorShift::new(seed);
+    let mut plan: Vec<Disruption> = [
+        (Disruption::Kill, 13),
+        (Disruption::Pause, 4),
+        (Disruption::DatabaseRestart, 3),
+    ]
+    .into_iter()
+    .flat_map(|(d, n)| std::iter::repeat_n(d, n))
+    .collect();
+    for i in (1..plan.len()).rev() {
+        plan.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let started = Instant::now();
+    let mut done: Vec<String> = Vec::new();
+    for disruption in plan {
+        if started.elapsed() > CHAOS_LIMIT {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300 + rng.below(900)));
+        nodes.assert_alive();
+        match disruption {
+            Disruption::Kill => {
+                let victim = rng.below(3) as usize;
+                nodes.kill(victim);
+                std::thread::sleep(Duration::from_millis(rng.below(1500)));
+                nodes.restart(victim);
+                done.push(format!("kill n{victim}"));
+            }
+            Disruption::Pause => {
+                let victim = rng.below(3) as usize;
+                let frozen = LEASE + Duration::from_millis(300 + rng.below(1000));
+                nodes.take_out(victim);
+                nodes.nodes[victim].pause();
+                std::thread::sleep(frozen);
+                nodes.nodes[victim].resume();
+                nodes.put_back(victim);
+                done.push(format!("pause n{victim} {} ms", frozen.as_millis()));
+            }
+            Disruption::DatabaseRestart => {
+                let away = cluster
+                    .restart(ShutdownMode::Fast)
+                    .unwrap_or_else(|e| panic!("restart PostgreSQL: {e}"));
+                done.push(format!("database restart ({} ms away)", away.as_millis()));
+            }
+        }
+    }
+    let chaos = started.elapsed();
+    stop.store(true, Ordering::SeqCst);
+    for handle in workload {
+        handle.join().expect("workload thread");
+    }
+    nodes.assert_alive();
+    let mut db = connect(&url);
+    let settling = Instant::now();
+    let view = quiesce(&mut db, SETTLE, "after the disruptions");
+    eprintln!(
+        "{} disruptions in {chaos:?} ({}), settled {:?} later",
+        done.len(),
+        done.join(", "),
+        settling.elapsed()
+    );
+    let tally = assert_every_invariant(
+        &cluster,
+        &mut db,
+        &view,
+        &ledger,
+        MAX_ATTEMPTS,
+        &nodes,
+        "kills, pauses and database restarts",
+    );
+    let notices = summarize(&view, &ledger, tally, &interrupts);
+    assert!(
+        notices > 0,
+        "no turn was ever resumed: the disruptions hit nothing"
+    );
+    assert_eq!(
+        done.len(),
+        20,
+        "only {} disruptions within {CHAOS_LIMIT:?}",
+        done.len()
     );
 }

@@ -1,13 +1,13 @@
 //! The throwaway PostgreSQL cluster of `testing::postgres`: it starts with the settings it
 //! promises, serves isolated databases, and leaves nothing behind (no listening server, no
-//! directory) once dropped. Skipped, with one line saying so, where PostgreSQL is not installed
+//! directory) once dropped; it can be stopped and started again on the same port and data. Skipped, with one line saying so, where PostgreSQL is not installed
 //! (a failure under `CI=true`).
 #![cfg(feature = "postgres")]
 
 use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};
 
-use durable_sessions::testing::postgres::{start_or_skip, CreateDatabaseError};
+use durable_sessions::testing::postgres::{start_or_skip, CreateDatabaseError, ShutdownMode};
 use postgres::{Client, NoTls};
 
 fn setting(client: &mut Client, name: &str) -> String {
@@ -144,4 +144,51 @@ fn two_clusters_run_side_by_side() {
     drop(client);
     drop(second);
     assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, second_port)).is_err());
+}
+
+/// Stopped (every connection broken, the port closed) and started again, the cluster serves the
+/// same URL with everything committed before: for a fast restart and for an immediate stop
+/// (crash recovery at the next start).
+#[test]
+fn a_stopped_cluster_starts_again_on_its_port_with_its_data() {
+    let Some(mut pg) = start_or_skip("a_stopped_cluster_starts_again_on_its_port_with_its_data")
+    else {
+        return;
+    };
+    let port = pg.port();
+    let url = pg.create_database("harness_restart").unwrap();
+    let mut client = Client::connect(&url, NoTls).unwrap();
+    client
+        .batch_execute("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+        .unwrap();
+
+    let away = pg.restart(ShutdownMode::Fast).unwrap();
+    eprintln!("fast restart: away {away:?}");
+    assert!(pg.is_running());
+    assert_eq!(pg.port(), port);
+    assert!(
+        client.query_one("SELECT 1", &[]).is_err(),
+        "a connection survived the restart"
+    );
+    let mut client = Client::connect(&url, NoTls).unwrap();
+    client.batch_execute("INSERT INTO t VALUES (2)").unwrap();
+
+    pg.stop_server(ShutdownMode::Immediate).unwrap();
+    assert!(!pg.is_running());
+    assert!(
+        Client::connect(&url, NoTls).is_err(),
+        "connected while stopped"
+    );
+    assert!(
+        TcpStream::connect_timeout(&(Ipv4Addr::LOCALHOST, port).into(), Duration::from_secs(1))
+            .is_err(),
+        "port {port} still accepts connections while stopped"
+    );
+    pg.start_server().unwrap();
+    let mut client = Client::connect(&url, NoTls).unwrap();
+    let sum: i64 = client
+        .query_one("SELECT sum(x) FROM t", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(sum, 3, "a committed row was lost across the restarts");
 }

@@ -59,6 +59,16 @@ pub enum PgUnavailable {
         /// The server log.
         log: String,
     },
+    /// `pg_ctl stop` failed: the server did not shut down.
+    #[error("pg_ctl stop -m {mode} failed ({status}): {output}")]
+    NotStopped {
+        /// The shutdown mode asked for.
+        mode: &'static str,
+        /// `pg_ctl`'s exit status.
+        status: String,
+        /// What `pg_ctl` wrote.
+        output: String,
+    },
 }
 
 impl PgUnavailable {
