@@ -2135,8 +2135,8 @@ fn synthetic(steps: &[(&str, serde_json::Value)]) -> StoreView {
 }
 
 /// The store invariants hold on a legal log and name what breaks them: a restart notice for a
-/// session neither claimed nor owed a turn, a notice without its claim, a second terminal of a
-/// turn, an interrupted prompt answered after its interrupt, a wrong interrupted mark; and the
+/// session neither claimed nor owed a turn, a notice without its claim, a turn claimed over an
+/// open claim with no terminal or notice in between, a second terminal of a turn, an interrupted prompt answered after its interrupt, a wrong interrupted mark; and the
 /// sweep's view of a store (`owed`, `interrupt_fenced`) is what the runtime decides.
 #[test]
 fn the_invariants_catch_what_they_claim_to() {
@@ -2225,6 +2225,23 @@ fn the_invariants_catch_what_they_claim_to() {
         &synthetic(&[created.clone(), admitted("p"), notice.clone()]),
         "not followed by its claim",
     );
+    // No turn is claimed over another: a second `started` over an open claim needs a terminal
+    // or a restart notice (the turn resumed in place, or by the next boot) in between.
+    let open = [
+        created.clone(),
+        admitted("p"),
+        started.clone(),
+        promoted("p"),
+    ];
+    let mut over = open.to_vec();
+    over.push(started.clone());
+    breaks(&synthetic(&over), "execution.started over an open claim");
+    let mut resumed = open.to_vec();
+    resumed.extend([notice.clone(), started.clone()]);
+    assert_eq!(holds(&resumed).sessions["s"].attempts, 1);
+    let mut next_turn = open.to_vec();
+    next_turn.extend([succeeded.clone(), admitted("q"), started.clone()]);
+    holds(&next_turn);
     // No turn has two terminals.
     breaks(
         &synthetic(&[
