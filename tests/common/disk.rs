@@ -44,9 +44,13 @@ impl SmallDisk {
         })
     }
 
-    /// Mounts an ext4 filesystem of `mib` MiB (no blocks reserved for root) made in an image
-    /// file on a loop device, or `None` when this process may not (no `mkfs.ext4`, no loop
-    /// device).
+    /// Mounts an ext4 filesystem of `mib` MiB made in an image file on a loop device, or `None`
+    /// when this process may not (no `mkfs.ext4`, no loop device). It has no journal (a freed
+    /// block is free at once, and the journal's megabytes do not count against `mib`), no
+    /// blocks reserved for root, and blocks of 4 KiB, a memory page: SQLite writes the last byte of each page of
+    /// its `-shm` file as it grows it, which allocates the whole page only when a block is a
+    /// page (with smaller blocks, a store into the page's first blocks on a full disk faults
+    /// the process with `SIGBUS`).
     pub fn ext4(mib: u64) -> Option<SmallDisk> {
         let dir = tempfile::tempdir().ok()?;
         let mount = dir.path().join("mnt");
@@ -57,7 +61,13 @@ impl SmallDisk {
             .ok()?;
         let made = run(
             "mkfs.ext4",
-            &[OsStr::new("-q"), OsStr::new("-m0"), image.as_os_str()],
+            &[
+                OsStr::new("-q"),
+                OsStr::new("-m0"),
+                OsStr::new("-b4096"),
+                OsStr::new("-O^has_journal"),
+                image.as_os_str(),
+            ],
         );
         let loop_option = [OsStr::new("-o"), OsStr::new("loop")];
         let mounted = made
