@@ -400,9 +400,13 @@ struct Ledger {
     refusals: BTreeMap<String, usize>,
     /// Fault windows opened: disk full, disk nearly full (a few KiB left), files read-only.
     windows: [usize; 3],
-    /// Kills while a fault was in force; boots that waited, faults cleared, for `DONE`.
+    /// Kills while a fault was in force; boots that waited, faults cleared, for their workload
+    /// to settle.
     killed_in_fault: usize,
     settled: usize,
+    /// Restart notices a boot published after its sweep: turns the store failed under,
+    /// resumed in place.
+    in_place: usize,
 }
 
 impl Ledger {
@@ -476,6 +480,7 @@ impl Ledger {
         }
         self.killed_in_fault += other.killed_in_fault;
         self.settled += other.settled;
+        self.in_place += other.in_place;
     }
 }
 
@@ -611,6 +616,21 @@ fn check_boot(
             "{context}: input {id} was never sent"
         );
     }
+    if ledger.faults {
+        // The runner fails only when the store does, and a turn the store failed under is kept
+        // claimed and resumed, never recorded failed: its only failure is `aborted`.
+        for (session, events) in &after.events {
+            let old_len = before.events.get(session).map_or(0, Vec::len);
+            for e in events.iter().skip(old_len) {
+                assert!(
+                    e.kind != kind::EXECUTION_FAILED || common::is_abort(e),
+                    "{context}: {session}#{} recorded failed: {}",
+                    e.seq,
+                    e.data
+                );
+            }
+        }
+    }
     for id in ledger.refused.difference(&ledger.acked) {
         assert!(
             !after.inputs.contains_key(id),
@@ -685,6 +705,13 @@ fn crash_under_faults(
     ledger.landed[usize::from(ready) + usize::from(done)] += 1;
     let after = StoreView::read(db);
     ledger.snapshots += 1;
+    // The sweep's notice is a session's first event of the boot; any later one resumed a turn
+    // in place.
+    for (session, events) in &after.events {
+        let old_len = before.events.get(session).map_or(0, Vec::len);
+        let later = events.iter().skip(old_len + 1);
+        ledger.in_place += later.filter(|e| common::is_restart_notice(e)).count();
+    }
     ledger.left_claims += usize::from(!after.claimed().is_empty());
     ledger.left_owed += usize::from(!after.owed().is_empty());
     check_boot(
@@ -1816,11 +1843,43 @@ struct BootFaults {
     settled: bool,
 }
 
+/// Waits, faults cleared and the child's workload `DONE`, until the store holds no claim and no
+/// turn that settled in this boot (after `before`) left a queued prompt whose own turn has not
+/// claimed yet: every turn the store failed under was resumed in place and ended.
+///
+/// # Panics
+/// After [`CHILD_WAIT`], naming the sessions still busy.
+fn settle(db: &Path, before: &StoreView, context: &str) {
+    let deadline = Instant::now() + CHILD_WAIT;
+    loop {
+        let view = StoreView::read(db);
+        let busy: Vec<&String> = view
+            .sessions
+            .iter()
+            .filter(|(id, row)| {
+                let from = before.events.get(*id).map_or(0, Vec::len) as u64;
+                row.claimed || view.continuation_due(id, from)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        if busy.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{context}: {busy:?} still claimed, or owed a queued prompt's turn, {CHILD_WAIT:?} \
+             after the faults cleared"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// One chain of random kills and store faults on a database on its own small disk. Most boots get,
 /// once `READY`, one to three fault windows of a few to 150 ms (disk full, disk nearly full,
 /// database and WAL immutable) while the workload runs; the child is then killed a few ms
-/// later, inside the last window, or once the workload settled (`DONE`, every turn the store
-/// failed under resumed in place and ended). Every boot is checked, every tenth recovered.
+/// later, inside the last window, or once the workload settled ([`settle`]: then every
+/// acknowledged prompt has run, been fenced or given up, with no restart). Every boot is
+/// checked, every tenth recovered.
 fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u64) -> Ledger {
     let db = disk.mount.join("sessions.db");
     let mut ledger = Ledger {
@@ -1852,6 +1911,8 @@ fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u
         // is killed inside its last fault window, one in four once its workload settled.
         let early = rng.chance(125).then(|| rng.below(40_000));
         let ending = rng.below(4);
+        let before = StoreView::read(&db);
+        let mut settled = false;
         crash_under_faults(test, &db, &mut ledger, &plan, None, |child| {
             let mut faults = BootFaults::default();
             if let Some(delay) = early {
@@ -1875,12 +1936,21 @@ fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u
             }
             if ending == 1 {
                 child.wait_for_all(&["DONE"]);
+                settle(&db, &before, &format!("{test} chain {chain} boot {k}"));
                 faults.settled = true;
+                settled = true;
             } else {
                 thread::sleep(Duration::from_micros(rng.below(20_000)));
             }
             faults
         });
+        if settled {
+            // The store answered again: every turn it failed under was resumed in place and
+            // ended, and every acknowledged prompt ran, with no restart and no retry.
+            let context = format!("{test} chain {chain} boot {k} (seed {seed}), settled");
+            let view = StoreView::read(&db);
+            assert_acknowledged_ran(&view, &ledger, &BTreeSet::new(), &context);
+        }
         if (k + 1) % VERIFY_EVERY == 0 || k + 1 == kills {
             let context = format!("{test} chain {chain} after kill {k} (base seed {base})");
             verify_recovery(&db, &mut ledger, max, &context);
@@ -1899,7 +1969,9 @@ fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u
 /// already open. Besides every check of a boot (the
 /// store invariants, including no `started` over an open claim) and of a recovery boot (every
 /// acknowledged prompt answered exactly once, interrupted, or given up by an `aborted` turn),
-/// a prompt refused as unavailable left nothing stored. `DS_SOAK` (default 80) sets the kills,
+/// a prompt refused as unavailable left nothing stored, no turn is recorded failed but
+/// `aborted`, and a boot that waited for its workload to settle once the faults cleared has
+/// run every acknowledged prompt in place. `DS_SOAK` (default 80) sets the kills,
 /// `DS_SEED` replays a run. Needs root (a tmpfs mount, `chattr +i`): skipped elsewhere with one
 /// line, a failure under `CI=true`.
 #[test]
@@ -1962,7 +2034,7 @@ fn random_kills_and_store_faults_under_a_seeded_workload() {
          {} once the workload settled), fault windows {} disk full, {} disk nearly full, {} \
          read-only; refused: {:?}; {} recoveries, {} store snapshots checked, {} prompts ({} \
          refused; {} acknowledged by a child or retried), {} user interrupts, {} restart \
-         notices, {} aborted; at the recoveries, acknowledged prompts had run {} times, were \
+         notices ({} of a turn resumed in place), {} aborted; at the recoveries, acknowledged prompts had run {} times, were \
          fenced by an interrupt {} times and given up by an aborted turn {} times; in {:?} \
          (seed {base})",
         totals.kills,
@@ -1982,6 +2054,7 @@ fn random_kills_and_store_faults_under_a_seeded_workload() {
         totals.acked.len(),
         totals.interrupts,
         totals.notices,
+        totals.in_place,
         totals.aborts,
         totals.ran,
         totals.fenced,
