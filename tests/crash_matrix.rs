@@ -139,9 +139,11 @@ struct Plan {
     /// Another client (a thread with its own actix `System`) admits `b<boot>-s0-late` to `s0`
     /// once an interrupt request of `s0` is committed.
     late_prompt: bool,
-    /// The store fails under the workload (disk full, read-only files): a session is created
-    /// again until the store takes it, and a prompt or an interrupt the store refuses as
-    /// unavailable is reported (`REFUSED <id> <kind>`, `INTERRUPT_REFUSED <session> <kind>`).
+    /// The store fails under the child (disk full, read-only files): a runtime whose start
+    /// failed is started again (`START_REFUSED <kind>` when the store was unavailable, else
+    /// `START_FAILED <error>`), a session is created again until the store takes it, and a
+    /// prompt or an interrupt the store refuses as unavailable is reported (`REFUSED <id>
+    /// <kind>`, `INTERRUPT_REFUSED <session> <kind>`).
     #[serde(default)]
     faults: bool,
 }
@@ -190,21 +192,37 @@ async fn child(plan: Plan, db: PathBuf) {
         jitter_us: plan.jitter_us,
         seed: plan.seed,
     });
-    let mut builder = Runtime::builder()
-        .database(&db)
-        .runner(runner)
-        .arbiters(2)
-        .max_resume_attempts(plan.max_attempts)
-        .sweep_on_start(true);
-    if plan.normal_sync {
-        builder = builder.synchronous(Synchronous::Normal);
-    }
-    if is_postgres(&db) {
-        builder = builder
-            .lease(CRASH_LEASE)
-            .node_name(child_node(std::process::id()));
-    }
-    let runtime = builder.start().await.expect("child runtime starts");
+    let builder = || {
+        let mut builder = Runtime::builder()
+            .database(&db)
+            .runner(runner.clone())
+            .arbiters(2)
+            .max_resume_attempts(plan.max_attempts)
+            .sweep_on_start(true);
+        if plan.normal_sync {
+            builder = builder.synchronous(Synchronous::Normal);
+        }
+        if is_postgres(&db) {
+            builder = builder
+                .lease(CRASH_LEASE)
+                .node_name(child_node(std::process::id()));
+        }
+        builder
+    };
+    let runtime = loop {
+        match builder().start().await {
+            Ok(runtime) => break runtime,
+            // The store failed under the start-up (its sweep): the application starts again.
+            Err(e) if plan.faults => {
+                match unavailable(&e) {
+                    Some(kind) => say(&format!("START_REFUSED {kind:?}")),
+                    None => say(&format!("START_FAILED {e}")),
+                }
+                actix_rt::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("child runtime starts: {e}"),
+        }
+    };
     say("READY");
     let sessions = runtime.sessions();
     if plan.late_prompt {
@@ -437,7 +455,11 @@ impl Ledger {
                         .entry(format!("interrupt {kind}"))
                         .or_insert(0) += 1;
                 }
-                ["REFUSED" | "INTERRUPT_REFUSED", ..] => {
+                ["START_REFUSED", kind] if self.faults => {
+                    *self.refusals.entry(format!("start {kind}")).or_insert(0) += 1;
+                }
+                ["START_FAILED", ..] => panic!("{context}: a child's start failed: {line}"),
+                ["REFUSED" | "INTERRUPT_REFUSED" | "START_REFUSED", ..] => {
                     panic!("{context}: the store refused a child with no fault: {line}")
                 }
                 ["INTERRUPTED", _, hit] => self.interrupts += usize::from(*hit == "true"),
@@ -1874,8 +1896,9 @@ fn settle(db: &Path, before: &StoreView, context: &str) {
     }
 }
 
-/// One chain of random kills and store faults on a database on its own small disk. Most boots get,
-/// once `READY`, one to three fault windows of a few to 150 ms (disk full, disk nearly full,
+/// One chain of random kills and store faults on a database on its own small disk. One boot in
+/// five gets a fault window of 5–60 ms under its start-up; most get, once `READY`, one to three
+/// fault windows of a few to 150 ms (disk full, disk nearly full,
 /// database and WAL immutable) while the workload runs; the child is then killed a few ms
 /// later, inside the last window, or once the workload settled ([`settle`]: then every
 /// acknowledged prompt has run, been fenced or given up, with no restart). Every boot is
@@ -1910,6 +1933,7 @@ fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u
         // One boot in eight is killed in start-up with no fault; of the others, one in four
         // is killed inside its last fault window, one in four once its workload settled.
         let early = rng.chance(125).then(|| rng.below(40_000));
+        let at_start = rng.chance(200);
         let ending = rng.below(4);
         let before = StoreView::read(&db);
         let mut settled = false;
@@ -1918,6 +1942,14 @@ fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u
             if let Some(delay) = early {
                 thread::sleep(Duration::from_micros(delay));
                 return faults;
+            }
+            if at_start {
+                // Under the start-up and its sweep.
+                thread::sleep(Duration::from_micros(rng.below(3_000)));
+                let (fault, kind) = Fault::open(&mut rng, disk, &db);
+                faults.opened[kind] += 1;
+                thread::sleep(Duration::from_micros(5_000 + rng.below(55_000)));
+                drop(fault);
             }
             child.wait_for("READY");
             let windows = 1 + rng.below(3);
