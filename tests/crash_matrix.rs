@@ -50,6 +50,13 @@
 //! from a session owed a turn, crashing its adopted turn on every boot — ends in `aborted`,
 //! never a loop.
 //!
+//! `random_kills_and_store_faults_under_a_seeded_workload` runs the random kills with the store
+//! failing under the child (root only): each chain's database on a small disk of its own (a
+//! tmpfs, or an ext4 image on a loop device) that fills up, or with the database file and its
+//! WAL immutable, for short windows. A prompt refused as unavailable leaves nothing stored, no
+//! turn is recorded failed but `aborted`, and a boot left to settle once the faults cleared has
+//! run every acknowledged prompt in place.
+//!
 //! `DS_SOAK=<n>` runs `n` random kills instead of the CI default; `DS_SEED=<seed>` replays a run.
 #![cfg(feature = "crash-points")]
 #![cfg(unix)]
