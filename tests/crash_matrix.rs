@@ -515,8 +515,10 @@ impl Ledger {
 
 /// Checks one boot: `before` was read before the child started, `after` once it was killed.
 /// `ready`: the boot's `start` (and so its sweep) completed. `faulted`: the store failed under
-/// the boot's workload, so turns may have been resumed in place (notices, attempts and forced
-/// drains beyond the sweep's); the sweep's outcome still comes first.
+/// the boot, so turns may have been resumed in place (notices, attempts and forced drains beyond
+/// the sweep's); the sweep's outcome still comes first. `refused_starts`: starts of the boot the
+/// store refused; each may have counted the attempts of the claimed turns before it failed (as
+/// a boot killed in its sweep does), so a turn within its budget may be aborted.
 #[allow(clippy::too_many_arguments)]
 fn check_boot(
     before: &StoreView,
@@ -525,6 +527,7 @@ fn check_boot(
     forced: &BTreeMap<String, usize>,
     ready: bool,
     faulted: bool,
+    refused_starts: u32,
     max: u32,
     context: &str,
 ) {
@@ -581,14 +584,18 @@ fn check_boot(
             })
         } else if over {
             ("aborted", common::is_abort)
+        } else if claimed.is_some() && old.attempts + 1 + refused_starts > max {
+            ("a restart notice or aborted", |e| {
+                common::is_restart_notice(e) || common::is_abort(e)
+            })
         } else {
             ("a restart notice", common::is_restart_notice)
         };
         match new.first() {
             Some(first) => assert!(
                 is_outcome(first),
-                "{context}: {session} ({why} at boot, {} attempts, budget {max}): the boot's first \
-                 event is {first:?}, not the sweep's {outcome}",
+                "{context}: {session} ({why} at boot, {} attempts, budget {max}, {refused_starts} \
+                 starts refused): the boot's first event is {first:?}, not the sweep's {outcome}",
                 old.attempts
             ),
             None => assert!(
@@ -743,6 +750,10 @@ fn crash_under_faults(
     }
     ledger.left_claims += usize::from(!after.claimed().is_empty());
     ledger.left_owed += usize::from(!after.owed().is_empty());
+    let refused_starts = lines
+        .iter()
+        .filter(|l| l.starts_with("START_REFUSED"))
+        .count();
     check_boot(
         &before,
         &after,
@@ -750,6 +761,7 @@ fn crash_under_faults(
         &forced,
         ready,
         faulted,
+        refused_starts as u32,
         plan.max_attempts,
         &context,
     );
@@ -923,7 +935,9 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
                 );
             }
         }
-        check_boot(&before, &swept, ledger, &forced, true, false, max, &context);
+        check_boot(
+            &before, &swept, ledger, &forced, true, false, 0, max, &context,
+        );
         for id in orphans.iter().chain(&owed) {
             let drains = forced.get(id).copied().unwrap_or(0);
             assert_eq!(
