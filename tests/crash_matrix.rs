@@ -1843,23 +1843,28 @@ struct Fault {
 }
 
 impl Fault {
-    /// Opens a fault of a kind `rng` picks; returns it with its index in [`Ledger::windows`].
-    fn open(rng: &mut XorShift, disk: &SmallDisk, db: &Path) -> (Fault, usize) {
+    /// Opens a fault of a kind `rng` picks; returns it with its index in [`Ledger::windows`],
+    /// or `None` for read-only files before the first boot created the database.
+    fn open(rng: &mut XorShift, disk: &SmallDisk, db: &Path) -> Option<(Fault, usize)> {
         let (full, frozen, kind) = match rng.below(3) {
             0 => (Some(disk.fill(0)), None, 0),
             1 => (Some(disk.fill(1024 * (4 + rng.below(60)))), None, 1),
-            _ => (None, Some(freeze(db)), 2),
+            _ => (None, Some(freeze(db)?), 2),
         };
         let fault = Fault {
             _full: full,
             _frozen: frozen,
         };
-        (fault, kind)
+        Some((fault, kind))
     }
 }
 
-/// Makes the database file and its WAL (when there is one) immutable.
-fn freeze(db: &Path) -> ReadOnly {
+/// Makes the database file and its WAL (when there is one) immutable; `None` when there is no
+/// database file yet.
+fn freeze(db: &Path) -> Option<ReadOnly> {
+    if !db.exists() {
+        return None;
+    }
     let wal = PathBuf::from(format!("{}-wal", db.display()));
     // The WAL may vanish between the look and `chattr` (the last connection closing removes it).
     for _ in 0..3 {
@@ -1869,7 +1874,7 @@ fn freeze(db: &Path) -> ReadOnly {
             vec![db.to_path_buf()]
         };
         if let Some(frozen) = ReadOnly::set(&files) {
-            return frozen;
+            return Some(frozen);
         }
     }
     panic!("chattr +i {} failed", db.display());
@@ -1967,16 +1972,18 @@ fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u
             if at_start {
                 // Under the start-up and its sweep.
                 thread::sleep(Duration::from_micros(rng.below(3_000)));
-                let (fault, kind) = Fault::open(&mut rng, disk, &db);
-                faults.opened[kind] += 1;
-                thread::sleep(Duration::from_micros(5_000 + rng.below(55_000)));
-                drop(fault);
+                if let Some((fault, kind)) = Fault::open(&mut rng, disk, &db) {
+                    faults.opened[kind] += 1;
+                    thread::sleep(Duration::from_micros(5_000 + rng.below(55_000)));
+                    drop(fault);
+                }
             }
             child.wait_for("READY");
             let windows = 1 + rng.below(3);
             for w in 0..windows {
                 thread::sleep(Duration::from_micros(rng.below(10_000)));
-                let (fault, kind) = Fault::open(&mut rng, disk, &db);
+                let (fault, kind) =
+                    Fault::open(&mut rng, disk, &db).expect("a database once READY");
                 faults.opened[kind] += 1;
                 let hold = Duration::from_micros(2_000 + rng.below(148_000));
                 if w + 1 == windows && ending == 0 {
