@@ -22,7 +22,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use durable_sessions::{
@@ -35,7 +34,7 @@ use serde_json::{json, Value};
 
 use common::{
     is_root, prompt_body, say, test_builder, ChildProcess, EchoOptions, EchoRunner, Harness,
-    ReadOnly, StoreView, TestDb,
+    ReadOnly, SmallDisk, StoreView, TestDb,
 };
 
 /// Set in the child process that holds the database lock: the database path.
@@ -236,44 +235,6 @@ fn a_database_locked_by_another_process_gives_busy_errors_and_recovers_when_rele
 // ---------------------------------------------------------------------------------------------
 // A full disk.
 
-/// A tmpfs mounted for one test, unmounted (lazily) when dropped.
-struct Tmpfs {
-    _dir: tempfile::TempDir,
-    mount: PathBuf,
-}
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` (`mount -o size=` syntax), or `None` when this process may not.
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let dir = tempfile::tempdir().ok()?;
-        let mount = dir.path().join("mnt");
-        std::fs::create_dir(&mount).ok()?;
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&mount)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        mounted.then_some(Tmpfs { _dir: dir, mount })
-    }
-
-    /// Grows (or shrinks) the filesystem in place.
-    fn resize(&self, size: &str) {
-        let status = Command::new("mount")
-            .args(["-o", &format!("remount,size={size}")])
-            .arg(&self.mount)
-            .status()
-            .expect("run mount");
-        assert!(status.success(), "remount the tmpfs");
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
-    }
-}
-
 /// A padded prompt body, deterministic in `id` so it can be retried exactly.
 fn padded(id: &str, bytes: usize) -> Value {
     json!({ "text": id, "pad": "x".repeat(bytes) })
@@ -287,7 +248,7 @@ fn padded(id: &str, bytes: usize) -> Value {
 /// the refused prompt succeeds and every pending prompt is promoted and answered once.
 #[test]
 fn a_full_disk_fails_writes_with_sqlite_full_and_recovers_when_space_returns() {
-    let Some(disk) = Tmpfs::mount("768k") else {
+    let Some(disk) = SmallDisk::tmpfs("768k") else {
         eprintln!(
             "skipped: this process cannot mount a tmpfs (needs root or CAP_SYS_ADMIN); \
              no other way to make SQLite see a really full disk here"

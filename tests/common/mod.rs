@@ -111,6 +111,8 @@ pub async fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
 // (`echo`), and child processes a test kills with SIGKILL (`child`).
 
 mod child;
+#[cfg(unix)]
+mod disk;
 mod echo;
 #[cfg(unix)]
 mod read_only;
@@ -122,6 +124,8 @@ mod store;
 pub mod nodes;
 
 pub use child::{ChildProcess, CHILD_WAIT};
+#[cfg(unix)]
+pub use disk::{Filler, SmallDisk};
 pub use echo::{unreplied, EchoOptions, EchoRunner};
 #[cfg(unix)]
 pub use read_only::{is_root, ReadOnly};
