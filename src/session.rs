@@ -304,41 +304,6 @@ impl SessionActor {
         Vec::new()
     }
 
-    /// Commits the claim of execution `execution`. While the store is unavailable, a wake's
-    /// turn tries again with backoff (it waits in its start hook, where later wakes coalesce),
-    /// unless the runtime is shutting down; a turn a caller waits on fails at once, with the
-    /// store's error.
-    fn claim(&mut self, execution: u64, attempt: u32, ctx: &mut Context<Self>) {
-        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
-        let commit = self.env.journal.claim_turn(id, boot, epoch);
-        ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
-            if let (Err(e), true) = (&result, act.coordinator.is_advisory()) {
-                if act.retry_later(e, attempt, ctx, move |act, ctx| {
-                    act.claim(execution, attempt + 1, ctx);
-                }) {
-                    return;
-                }
-            }
-            let result = result.map(|seq| {
-                act.running.get_or_insert_with(Box::default).committed = Some(seq);
-            });
-            let result = result.map_err(|e| {
-                log::error!("session {}: claim failed: {e}", act.id);
-                act.fenced |= matches!(e, StoreError::Fenced { .. });
-                // The claim may be stored though its answer was lost.
-                act.orphan = !act.fenced;
-                let exit = Exit::Failure(RunError::Other(format!("claim failed: {e}")));
-                act.running.get_or_insert_with(Box::default).claim_failed = Some(Arc::new(e));
-                exit
-            });
-            if result.is_ok() {
-                crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
-            }
-            let effects = act.coordinator.started(execution, result);
-            act.apply(effects, ctx);
-        }));
-    }
-
     /// Runs the user's drain as a cancellable future; a panic is caught and becomes a failure.
     fn spawn_drain(
         &mut self,

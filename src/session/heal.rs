@@ -20,10 +20,13 @@ use std::time::Duration;
 
 use actix::prelude::*;
 
-use super::SessionActor;
+use super::coordinator::{Coordinator, Effect};
+use super::{ActorTokens, SessionActor, SettleError};
+use crate::crash;
 use crate::error::StoreError;
 use crate::journal::Swept;
 use crate::outcome::{Exit, InterruptReason, RunError, Terminal};
+use crate::records::Resumption;
 
 /// The first wait before a write the store refused is tried again.
 const FIRST_RETRY: Duration = Duration::from_millis(50);
@@ -166,11 +169,7 @@ impl SessionActor {
                     return;
                 }
             };
-            let resumed = swept.into_iter().find_map(|swept| match swept {
-                Swept::Resumed(_, resumption) => Some(resumption),
-                _ => None,
-            });
-            let Some(resumption) = resumed else {
+            let Some(resumption) = resumed(swept) else {
                 // Ended by the sweep's rules (recorded), or no longer claimed.
                 let effects = act.coordinator.settled(Ok(()));
                 act.apply(effects, ctx);
@@ -182,18 +181,44 @@ impl SessionActor {
                 resumption.attempt,
                 resumption.max_attempts
             );
-            let running = act.running.get_or_insert_with(Box::default);
-            running.committed = Some(resumption.notice_seq);
-            running.recovery = Some(resumption);
-            let effects = act.coordinator.resumed();
-            act.apply(effects, ctx);
-            // Only a drain this resume started takes the resumption.
-            if let Some(running) = act.running.as_mut() {
-                running.recovery = None;
-                if running.drain.is_none() {
-                    act.running = None;
+            act.take_up(resumption, ctx, |coordinator| coordinator.resumed());
+        }));
+    }
+}
+
+impl SessionActor {
+    /// Commits the claim of execution `execution`. While the store is unavailable, a wake's
+    /// turn tries again with backoff (it waits in its start hook, where later wakes coalesce),
+    /// unless the runtime is shutting down; a turn a caller waits on fails at once, with the
+    /// store's error.
+    pub(super) fn claim(&mut self, execution: u64, attempt: u32, ctx: &mut Context<Self>) {
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
+        let commit = self.env.journal.claim_turn(id, boot, epoch);
+        ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
+            if let (Err(e), true) = (&result, act.coordinator.is_advisory()) {
+                if act.retry_later(e, attempt, ctx, move |act, ctx| {
+                    act.claim(execution, attempt + 1, ctx);
+                }) {
+                    return;
                 }
             }
+            let result = result.map(|seq| {
+                act.running.get_or_insert_with(Box::default).committed = Some(seq);
+            });
+            let result = result.map_err(|e| {
+                log::error!("session {}: claim failed: {e}", act.id);
+                act.fenced |= matches!(e, StoreError::Fenced { .. });
+                // The claim may be stored though its answer was lost.
+                act.orphan = !act.fenced;
+                let exit = Exit::Failure(RunError::Other(format!("claim failed: {e}")));
+                act.running.get_or_insert_with(Box::default).claim_failed = Some(Arc::new(e));
+                exit
+            });
+            if result.is_ok() {
+                crash::point(crash::AFTER_CLAIM_BEFORE_DRAIN);
+            }
+            let effects = act.coordinator.started(execution, result);
+            act.apply(effects, ctx);
         }));
     }
 }
@@ -228,11 +253,7 @@ impl SessionActor {
                     return;
                 }
             };
-            let resumed = swept.into_iter().find_map(|swept| match swept {
-                Swept::Resumed(_, resumption) => Some(resumption),
-                _ => None,
-            });
-            let Some(resumption) = resumed else {
+            let Some(resumption) = resumed(swept) else {
                 act.claim(execution, 0, ctx);
                 return;
             };
@@ -242,19 +263,43 @@ impl SessionActor {
                 resumption.attempt,
                 resumption.max_attempts
             );
-            let running = act.running.get_or_insert_with(Box::default);
-            running.committed = Some(resumption.notice_seq);
-            running.recovery = Some(resumption);
-            let effects = act.coordinator.started(execution, Ok(()));
-            act.apply(effects, ctx);
-            if let Some(running) = act.running.as_mut() {
-                running.recovery = None;
-                if running.drain.is_none() {
-                    act.running = None;
-                }
-            }
+            act.take_up(resumption, ctx, |coordinator| {
+                coordinator.started(execution, Ok(()))
+            });
         }));
     }
+
+    /// Drains the execution again as the recovery of `resumption` (its notice and claim are
+    /// committed): `next` is the coordinator's transition that starts the drain.
+    fn take_up(
+        &mut self,
+        resumption: Arc<Resumption>,
+        ctx: &mut Context<Self>,
+        next: impl FnOnce(
+            &mut Coordinator<ActorTokens, SettleError>,
+        ) -> Vec<Effect<ActorTokens, SettleError>>,
+    ) {
+        let running = self.running.get_or_insert_with(Box::default);
+        running.committed = Some(resumption.notice_seq);
+        running.recovery = Some(resumption);
+        let effects = next(&mut self.coordinator);
+        self.apply(effects, ctx);
+        // Only a drain this transition started takes the resumption.
+        if let Some(running) = self.running.as_mut() {
+            running.recovery = None;
+            if running.drain.is_none() {
+                self.running = None;
+            }
+        }
+    }
+}
+
+/// The resumption of the turn a heal resumed, if it did.
+fn resumed(swept: Vec<Swept>) -> Option<Arc<Resumption>> {
+    swept.into_iter().find_map(|swept| match swept {
+        Swept::Resumed(_, resumption) => Some(resumption),
+        _ => None,
+    })
 }
 
 /// The turn's ending, named in the log when it cannot be recorded.
