@@ -131,13 +131,6 @@ impl<T: Tokens, E> Coordinator<T, E> {
         self.boundary.get()
     }
 
-    /// Whether the current execution is an advisory one no caller waits on (a wake's turn).
-    pub fn is_advisory(&self) -> bool {
-        self.execution
-            .as_ref()
-            .is_some_and(|e| e.mode == Mode::Wake && e.runs.is_empty())
-    }
-
     /// Whether the scope was closed.
     #[allow(dead_code)]
     pub fn is_closed(&self) -> bool {

@@ -7,6 +7,13 @@ use super::{Coordinator, Effect, Mode, Phase, Tokens};
 use crate::outcome::Exit;
 
 impl<T: Tokens, E> Coordinator<T, E> {
+    /// Whether the current execution is an advisory one no caller waits on (a wake's turn).
+    pub fn is_advisory(&self) -> bool {
+        self.execution
+            .as_ref()
+            .is_some_and(|e| e.mode == Mode::Wake && e.runs.is_empty())
+    }
+
     /// The settling execution's drain failed because the store was unavailable: the shell
     /// resumes the turn in place once the store answers ([`Coordinator::resumed`]) rather than
     /// record the failure, or reports [`Coordinator::settled`] when the turn ended otherwise.
