@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
+use futures::future::Either;
 
 use super::coordinator::{Coordinator, Effect};
 use super::{ActorTokens, SessionActor, SettleError};
@@ -90,13 +91,18 @@ impl SessionActor {
         );
         let journal = self.env.journal.clone();
         let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
-        let settle = journal.settle_turn(id.clone(), terminal.clone(), epoch);
-        let commit = async move {
-            if attempt > 0 && journal.claimed_by(id, boot).await?.is_none() {
-                // The earlier try committed (its answer was lost with the connection).
-                return Ok(None);
-            }
-            settle.await
+        let commit = if attempt == 0 {
+            // Queued to the writer now, ahead of anything a stray poll of the drain could queue.
+            Either::Left(journal.settle_turn(id, terminal.clone(), epoch))
+        } else {
+            let ending = terminal.clone();
+            Either::Right(async move {
+                if journal.claimed_by(id.clone(), boot).await?.is_none() {
+                    // The earlier try committed (its answer was lost with the connection).
+                    return Ok(None);
+                }
+                journal.settle_turn(id, ending, epoch).await
+            })
         };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             let (result, next) = match result {
@@ -193,7 +199,18 @@ impl SessionActor {
     /// store's error.
     pub(super) fn claim(&mut self, execution: u64, attempt: u32, ctx: &mut Context<Self>) {
         let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
-        let commit = self.env.journal.claim_turn(id, boot, epoch);
+        let journal = self.env.journal.clone();
+        let commit = if attempt == 0 {
+            Either::Left(journal.claim_turn(id, boot, epoch))
+        } else {
+            Either::Right(async move {
+                if let Some(claim) = journal.claimed_by(id.clone(), boot.clone()).await? {
+                    // The earlier try committed (its answer was lost with the connection).
+                    return Ok(claim);
+                }
+                journal.claim_turn(id, boot, epoch).await
+            })
+        };
         ctx.spawn(commit.into_actor(self).map(move |result, act, ctx| {
             if let (Err(e), true) = (&result, act.coordinator.is_advisory()) {
                 if act.retry_later(e, attempt, ctx, move |act, ctx| {
