@@ -150,14 +150,22 @@ impl SessionActor {
         }));
     }
 
+    /// The write that settles this process's claim on the session by the sweep's rules
+    /// (`Journal::heal_turn`), under the actor's epoch and resume budget.
+    fn heal_write(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Vec<Swept>, StoreError>> + 'static {
+        let journal = self.env.journal.clone();
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
+        let max = self.env.max_resume_attempts;
+        async move { journal.heal_turn(id, boot, epoch, max).await }
+    }
+
     /// Settles, by the restart sweep's rules, the turn whose drain the store failed: resumed in
     /// place (it drains again as a recovery), or ended (aborted over budget, interrupted by a
     /// request that came first). Tried again with backoff while the store is unavailable.
     pub(super) fn heal(&mut self, attempt: u32, ctx: &mut Context<Self>) {
-        let journal = self.env.journal.clone();
-        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
-        let max = self.env.max_resume_attempts;
-        let healed = async move { journal.heal_turn(id, boot, epoch, max).await };
+        let healed = self.heal_write();
         ctx.spawn(healed.into_actor(self).map(move |result, act, ctx| {
             let swept = match result {
                 Ok(swept) => swept,
@@ -245,10 +253,7 @@ impl SessionActor {
     /// that claim by the sweep's rules, and the execution drains as its recovery; when there is
     /// none (or the rules ended it), claims as usual.
     pub(super) fn heal_claim(&mut self, execution: u64, attempt: u32, ctx: &mut Context<Self>) {
-        let journal = self.env.journal.clone();
-        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
-        let max = self.env.max_resume_attempts;
-        let healed = async move { journal.heal_turn(id, boot, epoch, max).await };
+        let healed = self.heal_write();
         ctx.spawn(healed.into_actor(self).map(move |result, act, ctx| {
             let swept = match result {
                 Ok(swept) => swept,
