@@ -29,6 +29,7 @@ mod projection;
 mod prompts;
 mod recovery;
 mod retention;
+pub(crate) mod rules;
 mod sessions;
 pub(crate) mod sqlite;
 mod turn_write;

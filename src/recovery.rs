@@ -288,7 +288,9 @@ mod tests {
         use serde_json::json;
 
         use crate::event::SessionEvent;
-        use crate::journal::sqlite::{admit, open_connection, promote_queue, publish, StoreConfig};
+        use crate::journal::sqlite::{open_connection, publish, StoreConfig};
+
+        use crate::journal::sqlite::test_support::{admit, promote_queue};
         use crate::records::Delivery;
 
         let dir = tempfile::tempdir().unwrap();
@@ -298,10 +300,10 @@ mod tests {
         let later = {
             // What a dead boot left: its turn promoted p1 and was then asked to stop; p2 was
             // queued behind the request without a wake.
-            let conn = open_connection(&StoreConfig::new(&path)).unwrap();
+            let mut conn = open_connection(&StoreConfig::new(&path)).unwrap();
             let p1 = crate::id::MessageId::new("p1").unwrap();
             let p2 = crate::id::MessageId::new("p2").unwrap();
-            admit(&conn, &id, &p1, &json!("one"), Delivery::Queue, 1).unwrap();
+            admit(&mut conn, &id, &p1, &json!("one"), Delivery::Queue, 1).unwrap();
             publish(
                 &conn,
                 &id,
@@ -310,7 +312,7 @@ mod tests {
                 2,
             )
             .unwrap();
-            assert!(promote_queue(&conn, &id, 3).unwrap().is_some());
+            assert!(promote_queue(&mut conn, &id, 3).unwrap().is_some());
             let request = SessionEvent::InterruptRequested {
                 session_id: id.clone(),
             };
@@ -322,7 +324,7 @@ mod tests {
                 4,
             )
             .unwrap();
-            admit(&conn, &id, &p2, &json!("two"), Delivery::Queue, 5)
+            admit(&mut conn, &id, &p2, &json!("two"), Delivery::Queue, 5)
                 .unwrap()
                 .0
         };

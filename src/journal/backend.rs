@@ -21,12 +21,13 @@
 
 use serde_json::Value;
 
+use super::rules::{self, Scan, Settlement};
 use super::turn_write::TurnWrite;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::records::{
-    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
+    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, Order, SessionInfo,
 };
 
 mod ownership;
@@ -88,7 +89,8 @@ pub(crate) trait Store {
     /// The stored admission of input `id`, pending or promoted.
     fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError>;
     /// Admits a prompt: `session.prompt.admitted` and its inbox row (the event is `None` when
-    /// the id was admitted already).
+    /// the id was admitted already). An id already in a transcript is a conflict, and nothing
+    /// is written.
     fn admit(
         &mut self,
         session: &SessionId,
@@ -96,26 +98,55 @@ pub(crate) trait Store {
         prompt: &Value,
         delivery: Delivery,
         now: i64,
-    ) -> Result<(Admission, Option<EventRecord>), StoreError>;
+    ) -> Result<(Admission, Option<EventRecord>), StoreError> {
+        if let Some(stored) = self.get_input(id)? {
+            return Ok((stored, None));
+        }
+        if self.transcript_owner(id)?.is_some() {
+            return Err(StoreError::Conflict(format!(
+                "prompt {id} is already in a transcript"
+            )));
+        }
+        let (admission, event) = admit_new(self, session, id, prompt, delivery, now)?;
+        Ok((admission, Some(event)))
+    }
     /// The session's pending inputs, in admission order.
     fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError>;
-    /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`).
+    /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`),
+    /// in admission order ([`rules::steer_due`]).
     fn promote_steer(
         &mut self,
         session: &SessionId,
         cutoff: Option<u64>,
         now: i64,
-    ) -> Result<Vec<(Admission, EventRecord)>, StoreError>;
-    /// Promotes the oldest pending `queue` input, if any.
+    ) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
+        let due = rules::steer_due(self.pending_inputs(session)?, cutoff);
+        due.into_iter()
+            .map(|input| promote(self, input, now))
+            .collect()
+    }
+    /// Promotes the oldest pending `queue` input, if any ([`rules::queue_due`]).
     fn promote_queue(
         &mut self,
         session: &SessionId,
         now: i64,
-    ) -> Result<Option<(Admission, EventRecord)>, StoreError>;
+    ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
+        let due = rules::queue_due(self.pending_inputs(session)?);
+        due.map(|input| promote(self, input, now)).transpose()
+    }
     /// Marks a pending input as owed a turn (its wake mark).
     fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError>;
     /// Drops the wake marks of every pending input of `session`.
     fn clear_wakes(&mut self, session: &SessionId) -> Result<(), StoreError>;
+    /// Drops the wake marks of the pending inputs of `session` admitted before `seq`.
+    fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError>;
+    /// Holds `session`'s admissions until the transaction ends: one another node has in
+    /// flight commits first, a later one takes a seq after this transaction's events
+    /// (PostgreSQL: the sequence row `FOR UPDATE`). Single-node engines: nothing.
+    fn hold_admissions(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        let _ = session;
+        Ok(())
+    }
     /// Whether `session` holds a pending input owed a turn.
     fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError>;
 
@@ -136,20 +167,66 @@ pub(crate) trait Store {
         session: &SessionId,
         id: &MessageId,
     ) -> Result<Option<Message>, StoreError>;
-    /// One page of a transcript.
-    fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError>;
+    /// The seq of message `id` in `session`'s transcript (a page's cursor).
+    fn message_seq(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<u64>, StoreError>;
+    /// The messages of `session` in the range `scan` names, in its order: one range scan of
+    /// the `(session_id, seq)` index.
+    fn scan_messages(
+        &mut self,
+        session: &SessionId,
+        scan: Scan,
+    ) -> Result<Vec<Message>, StoreError>;
+    /// Whether `session`'s transcript holds a `user` message with seq greater than `seq` (a
+    /// turn claimed at `seq` promoted a prompt).
+    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError>;
+    /// One page of a transcript, keyset-paged ([`rules::page`]).
+    fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError> {
+        let anchor = match &query.cursor {
+            Some(cursor) => self.message_seq(&query.session_id, &cursor.id)?,
+            None => None,
+        };
+        let Some((scan, reversed)) = rules::page(query, anchor) else {
+            return Ok(Vec::new());
+        };
+        let mut page = self.scan_messages(&query.session_id, scan)?;
+        if reversed {
+            page.reverse();
+        }
+        Ok(page)
+    }
     /// The whole transcript of `session`, in seq order.
-    fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError>;
+    fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError> {
+        self.messages_after(session, None)
+    }
     /// The messages of `session` with seq greater than `after` (all when `None`), in seq
-    /// order: one range scan of the `(session_id, seq)` index.
+    /// order.
     fn messages_after(
         &mut self,
         session: &SessionId,
         after: Option<u64>,
-    ) -> Result<Vec<Message>, StoreError>;
-    /// The newest `n` messages of `session`, in seq order: one backward scan of the
-    /// `(session_id, seq)` index.
-    fn messages_tail(&mut self, session: &SessionId, n: usize) -> Result<Vec<Message>, StoreError>;
+    ) -> Result<Vec<Message>, StoreError> {
+        let scan = Scan {
+            order: Order::Asc,
+            past: after,
+            limit: None,
+        };
+        self.scan_messages(session, scan)
+    }
+    /// The newest `n` messages of `session`, in seq order.
+    fn messages_tail(&mut self, session: &SessionId, n: usize) -> Result<Vec<Message>, StoreError> {
+        let scan = Scan {
+            order: Order::Desc,
+            past: None,
+            limit: Some(n),
+        };
+        let mut tail = self.scan_messages(session, scan)?;
+        tail.reverse();
+        Ok(tail)
+    }
     /// The session whose transcript holds message `id`, if any.
     fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError>;
     /// The first message of `session` whose stored payload cannot be decoded.
@@ -168,9 +245,35 @@ pub(crate) trait Store {
     fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
     /// How many sessions hold a claim, and `now` minus the oldest claim's time.
     fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError>;
-    /// Decides, while the claim is held, which queued prompt (if any) is owed the next turn
-    /// after a turn that ends for good; marks it owed and returns its admission seq.
-    fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
+    /// Settles, while the claim is held, the inbox of a turn that ends for good
+    /// ([`rules::settle`]): marks the queued prompt owed the next turn and returns its
+    /// admission seq, or drops the wake marks the turn had its chance to serve.
+    fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        self.hold_admissions(session)?;
+        let pending = self.pending_inputs(session)?;
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let fence = self.latest_interrupt_seq(session)?;
+        let claim = self.claim_seq(session)?;
+        let settlement = rules::settle(&pending, fence, claim, || match claim {
+            Some(claim) => self.user_message_after(session, claim),
+            None => Ok(false),
+        })?;
+        match settlement {
+            Settlement::Nothing => Ok(None),
+            Settlement::Owe(seq) => {
+                if let Some(input) = pending.iter().find(|input| input.admitted_seq == seq) {
+                    self.mark_wake(&input.id)?;
+                }
+                Ok(Some(seq))
+            }
+            Settlement::Forgive { claim } => {
+                self.clear_wakes_before(session, claim)?;
+                Ok(None)
+            }
+        }
+    }
     /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot`.
     fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError>;
     /// The top-level sessions `boot` holds a claim on, with the seq each claim was taken at.
@@ -224,14 +327,27 @@ pub(crate) trait Store {
         let claim = self.claim_seq(id)?;
         Ok(Some(ClaimedTurn { claim, fence }))
     }
+    /// The inputs whose prompts entered `session`'s transcript after seq `claim`, in
+    /// promotion order.
+    fn promoted_after(
+        &mut self,
+        session: &SessionId,
+        claim: u64,
+    ) -> Result<Vec<Admission>, StoreError>;
     /// The inputs the turn claimed at `claim` promoted and had not finished, less those a
-    /// user interrupt request at `fence` stopped.
+    /// user interrupt request at `fence` stopped ([`rules::served`]).
     fn served_inputs(
         &mut self,
         session: &SessionId,
         claim: u64,
         fence: Option<u64>,
-    ) -> Result<Vec<Admission>, StoreError>;
+    ) -> Result<Vec<Admission>, StoreError> {
+        Ok(rules::served(
+            self.promoted_after(session, claim)?,
+            claim,
+            fence,
+        ))
+    }
     /// Marks the `user` messages of `session` promoted after `claim` as interrupted.
     fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError>;
     /// Releases every claimed child session no live turn holds: claimed by a boot other than
@@ -451,4 +567,49 @@ pub(crate) trait Readers: Send + Sync {
     fn release_memory(&self);
     /// How many reads can run at once (the pool's connections).
     fn size(&self) -> usize;
+}
+
+/// Appends `session.prompt.admitted` for an input the caller checked is new (neither in an
+/// inbox nor in a transcript) and returns its admission.
+pub(crate) fn admit_new<S: Store + ?Sized>(
+    store: &mut S,
+    session: &SessionId,
+    id: &MessageId,
+    prompt: &Value,
+    delivery: Delivery,
+    now: i64,
+) -> Result<(Admission, EventRecord), StoreError> {
+    let admitted = SessionEvent::PromptAdmitted {
+        message_id: id.clone(),
+        prompt: prompt.clone(),
+        delivery,
+    };
+    let event = store.append(session, &admitted, now)?;
+    let admission = Admission {
+        id: id.clone(),
+        session_id: session.clone(),
+        admitted_seq: event.seq,
+        prompt: prompt.clone(),
+        delivery,
+        time_created: event.time,
+        promoted_seq: None,
+    };
+    Ok((admission, event))
+}
+
+/// Promotes one pending input by appending `session.prompt.promoted`.
+fn promote<S: Store + ?Sized>(
+    store: &mut S,
+    mut input: Admission,
+    now: i64,
+) -> Result<(Admission, EventRecord), StoreError> {
+    let promoted = SessionEvent::PromptPromoted {
+        message_id: input.id.clone(),
+        prompt: input.prompt.clone(),
+        delivery: input.delivery,
+    };
+    let session = input.session_id.clone();
+    let event = store.append(&session, &promoted, now)?;
+    input.promoted_seq = Some(event.seq);
+    Ok((input, event))
 }

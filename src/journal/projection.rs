@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 
+use super::rules::{self, ClaimRow};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
@@ -18,14 +19,11 @@ use crate::records::{Delivery, SessionInfo};
 pub(crate) trait ProjectionRows {
     /// Inserts the session row of `session.created`.
     fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError>;
-    /// Claims `session` for the turn that event `seq` started on `boot`.
-    fn claim(
-        &mut self,
-        session: &SessionId,
-        time: i64,
-        seq: u64,
-        boot: &str,
-    ) -> Result<(), StoreError>;
+    /// The claim row of `session`, if it has one.
+    fn claim_row(&mut self, session: &SessionId) -> Result<Option<ClaimRow>, StoreError>;
+    /// Writes `claim` as `session`'s claim, its counted resume attempts unchanged; whether the
+    /// session is stored (nothing is written when it is not).
+    fn write_claim(&mut self, session: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError>;
     /// The seq of the event that claimed `session`, if it is claimed.
     fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
     /// Marks the prompts the turn claimed at `claim` promoted as interrupted.
@@ -105,7 +103,7 @@ pub(crate) fn apply(
             }
             rows.insert_session(info)
         }
-        SessionEvent::ExecutionStarted { boot } => rows.claim(session, time, seq, boot),
+        SessionEvent::ExecutionStarted { boot } => claim(rows, session, time, seq, boot).map(drop),
         terminal if terminal.releases_claim() => {
             if matches!(terminal, SessionEvent::ExecutionInterrupted { .. }) {
                 // The prompts this turn promoted were interrupted with it.
@@ -134,4 +132,21 @@ pub(crate) fn apply(
         } => rows.insert_appended(session, message_id, kind, seq, data, time),
         _ => Ok(()),
     }
+}
+
+/// Claims `session` for the turn that event `seq` started on `boot`, by the claim merge
+/// ([`rules::merge_claim`]); whether the session is stored.
+pub(crate) fn claim(
+    rows: &mut impl ProjectionRows,
+    session: &SessionId,
+    time: i64,
+    seq: u64,
+    boot: &str,
+) -> Result<bool, StoreError> {
+    let existing = rows.claim_row(session)?;
+    let merged = rules::merge_claim(existing.as_ref(), time, seq, boot);
+    if existing.as_ref() == Some(&merged) {
+        return Ok(true);
+    }
+    rows.write_claim(session, &merged)
 }

@@ -3,7 +3,8 @@
 
 use serde_json::Value;
 
-use super::backend::{Nudge, Ownership, Route, Store};
+use super::backend::{admit_new, Nudge, Ownership, Route, Store};
+use super::rules;
 use super::Journal;
 use crate::error::StoreError;
 use crate::event::{kind, EventRecord, SessionEvent};
@@ -45,12 +46,6 @@ fn here_or_owner(
         Ownership::Elsewhere { .. } => store.route(session, nudge),
         Ownership::Owned { .. } | Ownership::Missing => Ok(Route::Local),
     }
-}
-
-/// Whether a stored admission is what this request would have admitted: same session, same
-/// delivery, same prompt JSON.
-fn equivalent(stored: &Admission, session: &SessionId, prompt: &Value, delivery: Delivery) -> bool {
-    &stored.session_id == session && stored.delivery == delivery && &stored.prompt == prompt
 }
 
 impl Journal {
@@ -113,14 +108,12 @@ impl Journal {
                     return Ok((Admitted::NoSession, Route::Local));
                 }
                 if let Some(stored) = conn.get_input(&id)? {
-                    if !equivalent(&stored, &session, &prompt, delivery) {
+                    if !rules::same_admission(&stored, &session, &prompt, delivery) {
                         return Ok((Admitted::Conflict(stored.session_id), Route::Local));
                     }
-                    let fenced = conn
-                        .latest_interrupt_seq(&session)?
-                        .is_some_and(|fence| stored.admitted_seq <= fence);
+                    let fence = conn.latest_interrupt_seq(&session)?;
                     let mut route = Route::Local;
-                    if resume && stored.promoted_seq.is_none() && !fenced {
+                    if rules::retry_wakes(&stored, resume, fence) {
                         conn.mark_wake(&id)?;
                         if shared {
                             route =
@@ -133,7 +126,8 @@ impl Journal {
                     return Ok((Admitted::Conflict(owner), Route::Local));
                 }
                 let (admission, event) =
-                    conn.admit(&session, &id, &prompt, delivery, super::now_ms())?;
+                    admit_new(conn, &session, &id, &prompt, delivery, super::now_ms())?;
+                let event = Some(event);
                 let mut route = Route::Local;
                 if resume {
                     conn.mark_wake(&id)?;

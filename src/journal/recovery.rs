@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::backend::ClaimedTurn;
 use super::persistence::WriteCtx;
+use super::rules;
 use super::Journal;
 use crate::error::StoreError;
 use crate::event::SessionEvent;
@@ -208,7 +209,7 @@ fn sweep_one(
                 Some(claim) => w.store().served_inputs(&id, claim, fence)?,
                 None => Vec::new(),
             };
-            let interrupted = matches!((claim, fence), (Some(c), Some(f)) if f > c);
+            let interrupted = rules::interrupts_turn(claim, fence);
             if interrupted && inputs.is_empty() {
                 // Settled as the turn's own terminal would have been, while the claim is held:
                 // after progress, the next queued prompt is owed a turn (adopted below).

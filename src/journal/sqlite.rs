@@ -31,27 +31,25 @@ mod streams;
 mod wal;
 
 pub(crate) use claim::{
-    claim, claim_counts, claim_state, count_adoption, count_own_resume, count_resume, list_claimed,
-    own_claims, release, release_child_claims,
+    claim_counts, claim_row, claim_state, count_adoption, count_own_resume, count_resume,
+    list_claimed, own_claims, release, release_child_claims, write_claim,
 };
 #[allow(unused_imports)]
 pub(crate) use event::{
     append, events_after, latest_interrupt_seq, latest_seq, project, publish, stored_events,
 };
 #[allow(unused_imports)]
-pub(crate) use input::{admit, get_input, pending_inputs, promote_queue, promote_steer};
+pub(crate) use input::{get_input, pending_inputs};
 #[allow(unused_imports)]
 pub(crate) use maintenance::{
     delete_projections, projection_counts, transcript_owner, undecodable_message,
 };
-pub(crate) use message::{
-    append_message, context, get_message, message_exists, messages, messages_after, messages_tail,
-};
+pub(crate) use message::{append_message, get_message, message_exists, message_seq, scan_messages};
 #[allow(unused_imports)]
 pub(crate) use pool::{open, open_connection, Pool, StoreConfig};
 pub(crate) use recovery::{
-    adoptable, claim_seq, claimed_turn, clear_wakes, mark_interrupted, mark_wake, owes_turn,
-    served_inputs, settle,
+    adoptable, claim_seq, claimed_turn, clear_wakes, clear_wakes_before, mark_interrupted,
+    mark_wake, owes_turn, promoted_after, user_message_after,
 };
 pub(crate) use retention::{compact, compactable, delete_session, log_start, session_tree};
 #[allow(unused_imports)]
@@ -124,7 +122,11 @@ pub(crate) mod test_support {
     use super::pool::{self, StoreConfig};
     use crate::error::StoreError;
     use crate::id::{MessageId, SessionId};
-    use crate::records::SessionInfo;
+    use serde_json::Value;
+
+    use crate::event::EventRecord;
+    use crate::journal::backend::Store;
+    use crate::records::{Admission, Delivery, Message, MessagesQuery, SessionInfo};
 
     /// A temporary directory, with the I/O error carried as a store error.
     pub(crate) fn tempdir() -> Result<TempDir, StoreError> {
@@ -189,6 +191,100 @@ pub(crate) mod test_support {
         time: i64,
     ) -> Result<SessionInfo, StoreError> {
         Ok(super::create_session(conn, &info(id, parent, time))?.0)
+    }
+
+    /// Claims `id` by the projection's claim merge (whether the session is stored).
+    pub(crate) fn claim(
+        conn: &Connection,
+        id: &SessionId,
+        now: i64,
+        seq: u64,
+        boot: &str,
+    ) -> Result<bool, StoreError> {
+        crate::journal::projection::claim(&mut super::projection::Rows(conn), id, now, seq, boot)
+    }
+
+    /// [`Store::admit`] on a plain connection.
+    pub(crate) fn admit(
+        conn: &mut Connection,
+        session: &SessionId,
+        id: &MessageId,
+        prompt: &Value,
+        delivery: Delivery,
+        now: i64,
+    ) -> Result<(Admission, Option<EventRecord>), StoreError> {
+        Store::admit(conn, session, id, prompt, delivery, now)
+    }
+
+    /// [`Store::promote_steer`] on a plain connection.
+    pub(crate) fn promote_steer(
+        conn: &mut Connection,
+        session: &SessionId,
+        cutoff: Option<u64>,
+        now: i64,
+    ) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
+        Store::promote_steer(conn, session, cutoff, now)
+    }
+
+    /// [`Store::promote_queue`] on a plain connection.
+    pub(crate) fn promote_queue(
+        conn: &mut Connection,
+        session: &SessionId,
+        now: i64,
+    ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
+        Store::promote_queue(conn, session, now)
+    }
+
+    /// [`Store::settle`] on a plain connection.
+    pub(crate) fn settle(
+        conn: &mut Connection,
+        session: &SessionId,
+    ) -> Result<Option<u64>, StoreError> {
+        Store::settle(conn, session)
+    }
+
+    /// [`Store::served_inputs`] on a plain connection.
+    pub(crate) fn served_inputs(
+        conn: &mut Connection,
+        session: &SessionId,
+        claim: u64,
+        fence: Option<u64>,
+    ) -> Result<Vec<Admission>, StoreError> {
+        Store::served_inputs(conn, session, claim, fence)
+    }
+
+    /// [`Store::messages`] on a plain connection.
+    pub(crate) fn messages(
+        conn: &mut Connection,
+        query: &MessagesQuery,
+    ) -> Result<Vec<Message>, StoreError> {
+        Store::messages(conn, query)
+    }
+
+    /// [`Store::context`] on a plain connection.
+    pub(crate) fn context(
+        conn: &mut Connection,
+        session: &SessionId,
+    ) -> Result<Vec<Message>, StoreError> {
+        Store::context(conn, session)
+    }
+
+    /// [`Store::messages_after`] on a plain connection.
+    pub(crate) fn messages_after(
+        conn: &mut Connection,
+        session: &SessionId,
+        after: Option<u64>,
+    ) -> Result<Vec<Message>, StoreError> {
+        Store::messages_after(conn, session, after)
+    }
+
+    /// [`Store::messages_tail`] on a plain connection.
+    pub(crate) fn messages_tail(
+        conn: &mut Connection,
+        session: &SessionId,
+        n: usize,
+    ) -> Result<Vec<Message>, StoreError> {
+        Store::messages_tail(conn, session, n)
     }
 
     /// The detail lines of `EXPLAIN QUERY PLAN` for `sql`.

@@ -142,7 +142,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
         match (self.boundary.get(), seq) {
             (None, _) => false,
             (Some(_), None) => true,
-            (Some(b), Some(s)) => s <= b,
+            (Some(b), Some(s)) => crate::journal::rules::fenced(s, Some(b)),
         }
     }
 

@@ -15,23 +15,38 @@ use super::{count_value, seq_param, seq_value, session_id};
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
 use crate::journal::backend::ClaimedTurn;
+use crate::journal::rules::ClaimRow;
 use crate::records::{Admission, ClaimState};
 
-/// Claims `id` for a turn started by boot `boot` with the event at `seq`; the first claim's
-/// time, seq and attempt count survive a second claim. Returns whether the row exists.
-pub(crate) fn claim(
+/// The claim columns of `id`'s row, if it is claimed or counted.
+pub(crate) fn claim_row(conn: &mut PgConn, id: &SessionId) -> Result<Option<ClaimRow>, StoreError> {
+    let row = conn.query_opt(
+        "SELECT time_suspended, claim_seq, claim_boot FROM session \
+         WHERE id = $1 AND (time_suspended IS NOT NULL OR claim_seq IS NOT NULL \
+                            OR claim_boot IS NOT NULL)",
+        &[&id.as_str()],
+    )?;
+    row.map(|row| {
+        let seq: Option<i64> = row.try_get(1)?;
+        Ok(ClaimRow {
+            time: row.try_get(0)?,
+            seq: seq.map(seq_value).transpose()?,
+            boot: row.try_get(2)?,
+        })
+    })
+    .transpose()
+}
+
+/// Writes `claim` into `id`'s row, keeping its resume attempts. Returns whether the row exists.
+pub(crate) fn write_claim(
     conn: &mut PgConn,
     id: &SessionId,
-    now: i64,
-    seq: u64,
-    boot: &str,
+    claim: &ClaimRow,
 ) -> Result<bool, StoreError> {
+    let seq = claim.seq.map(seq_param);
     Ok(conn.execute(
-        "UPDATE session SET time_suspended = COALESCE(time_suspended, $2), \
-         claim_seq = CASE WHEN time_suspended IS NULL THEN $4 \
-                          ELSE COALESCE(claim_seq, $4) END, \
-         claim_boot = $3 WHERE id = $1",
-        &[&id.as_str(), &now, &boot, &seq_param(seq)],
+        "UPDATE session SET time_suspended = $2, claim_seq = $3, claim_boot = $4 WHERE id = $1",
+        &[&id.as_str(), &claim.time, &seq, &claim.boot],
     )? > 0)
 }
 
@@ -336,76 +351,58 @@ pub(crate) fn owes_turn(conn: &mut PgConn, session: &SessionId) -> Result<bool, 
     Ok(row.try_get(0)?)
 }
 
-/// The inputs the turn claimed at `claim` promoted, in promotion order, less those a user
-/// interrupt request at `fence` (after the claim) stopped.
-pub(crate) fn served_inputs(
+/// The inputs whose prompts entered `session`'s transcript after seq `claim`, in promotion
+/// order.
+pub(crate) fn promoted_after(
     conn: &mut PgConn,
     session: &SessionId,
     claim: u64,
-    fence: Option<u64>,
 ) -> Result<Vec<Admission>, StoreError> {
-    let floor = match fence {
-        Some(fence) if fence > claim => seq_param(fence),
-        _ => -1,
-    };
     query_inputs(
         conn,
         "SELECT i.id, i.session_id, i.admitted_seq, i.prompt, i.delivery, i.time_created, \
                 i.promoted_seq \
          FROM session_message m JOIN session_input i ON i.id = m.id \
-         WHERE m.session_id = $1 AND m.type = 'user' AND m.seq > $2 AND i.admitted_seq > $3 \
-         ORDER BY m.seq",
-        &[&session.as_str(), &seq_param(claim), &floor],
+         WHERE m.session_id = $1 AND m.type = 'user' AND m.seq > $2 ORDER BY m.seq",
+        &[&session.as_str(), &seq_param(claim)],
     )
 }
 
-/// Run while the claim is held, before the terminal: the admission seq of the oldest pending,
-/// unfenced `queue` input when the turn made progress (marked owed), else `None` and the wake
-/// marks of inputs admitted before the claim are dropped.
-pub(crate) fn settle(conn: &mut PgConn, session: &SessionId) -> Result<Option<u64>, StoreError> {
-    let s = session.as_str();
-    // Until COMMIT: an admission another node has in flight commits first (and is seen by the
-    // probes below), a later one gets a seq after this settlement's terminal.
-    conn.execute(
-        "SELECT 1 FROM event_sequence WHERE aggregate_id = $1 FOR UPDATE",
-        &[&s],
+/// Whether `session`'s transcript holds a `user` message with seq greater than `seq`.
+pub(crate) fn user_message_after(
+    conn: &mut PgConn,
+    session: &SessionId,
+    seq: u64,
+) -> Result<bool, StoreError> {
+    let row = conn.query_one(
+        "SELECT EXISTS (SELECT 1 FROM session_message \
+         WHERE session_id = $1 AND type = 'user' AND seq > $2)",
+        &[&session.as_str(), &seq_param(seq)],
     )?;
-    let pending = conn.query_one(
-        "SELECT EXISTS (SELECT 1 FROM session_input \
-         WHERE session_id = $1 AND promoted_seq IS NULL)",
-        &[&s],
-    )?;
-    if !pending.try_get::<_, bool>(0)? {
-        return Ok(None);
-    }
-    let next = conn.query_one(
-        "SELECT MIN(admitted_seq) FROM session_input \
-         WHERE session_id = $1 AND promoted_seq IS NULL AND delivery = 'queue' \
-           AND admitted_seq > COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = $1 \
-                AND type = 'session.interrupt.requested'), -1)",
-        &[&s],
-    )?;
-    let queued: Option<i64> = next.try_get(0)?;
-    if let Some(queued) = queued {
-        let progress = conn.query_one(
-            "SELECT EXISTS (SELECT 1 FROM session_message m JOIN session s ON s.id = m.session_id \
-             WHERE m.session_id = $1 AND m.type = 'user' AND m.seq > s.claim_seq)",
-            &[&s],
-        )?;
-        if progress.try_get::<_, bool>(0)? {
-            conn.execute(
-                "UPDATE session_input SET wake = true \
-                 WHERE session_id = $1 AND admitted_seq = $2 AND promoted_seq IS NULL",
-                &[&s, &queued],
-            )?;
-            return Ok(Some(seq_value(queued)?));
-        }
-    }
+    Ok(row.try_get(0)?)
+}
+
+/// Drops the wake marks of `session`'s pending inputs admitted before `seq`.
+pub(crate) fn clear_wakes_before(
+    conn: &mut PgConn,
+    session: &SessionId,
+    seq: u64,
+) -> Result<(), StoreError> {
     conn.execute(
         "UPDATE session_input SET wake = false \
-         WHERE session_id = $1 AND promoted_seq IS NULL AND wake \
-           AND admitted_seq < (SELECT claim_seq FROM session WHERE id = $1)",
-        &[&s],
+         WHERE session_id = $1 AND promoted_seq IS NULL AND wake AND admitted_seq < $2",
+        &[&session.as_str(), &seq_param(seq)],
     )?;
-    Ok(None)
+    Ok(())
+}
+
+/// Holds `session`'s sequence row until COMMIT: an admission another node has in flight
+/// commits first (and is seen by what this transaction reads next), a later one gets a seq
+/// after this transaction's events.
+pub(crate) fn hold_admissions(conn: &mut PgConn, session: &SessionId) -> Result<(), StoreError> {
+    conn.execute(
+        "SELECT 1 FROM event_sequence WHERE aggregate_id = $1 FOR UPDATE",
+        &[&session.as_str()],
+    )?;
+    Ok(())
 }

@@ -11,13 +11,14 @@
 
 use serde_json::Value;
 
-use super::claim::{claim, claim_seq, mark_interrupted, release};
+use super::claim::{claim_row, claim_seq, mark_interrupted, release, write_claim};
 use super::conn::PgConn;
 use super::{input, json_text, json_value, message, seq_param, seq_value, session, session_id};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::projection::{self, ProjectionRows};
+use crate::journal::rules::ClaimRow;
 use crate::records::{Delivery, SessionInfo};
 
 /// Appends an event to `session`'s log with the next seq, without its projection.
@@ -92,8 +93,12 @@ impl ProjectionRows for Rows<'_> {
         session::insert_session(&mut *self.0, info)
     }
 
-    fn claim(&mut self, id: &SessionId, time: i64, seq: u64, boot: &str) -> Result<(), StoreError> {
-        claim(&mut *self.0, id, time, seq, boot).map(drop)
+    fn claim_row(&mut self, id: &SessionId) -> Result<Option<ClaimRow>, StoreError> {
+        claim_row(&mut *self.0, id)
+    }
+
+    fn write_claim(&mut self, id: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError> {
+        write_claim(&mut *self.0, id, claim)
     }
 
     fn claim_seq(&mut self, id: &SessionId) -> Result<Option<u64>, StoreError> {

@@ -5,10 +5,8 @@ use postgres::Row;
 use serde_json::Value;
 
 use super::conn::{Params, PgConn};
-use super::message::message_exists;
-use super::{event, json_text, json_value, message_id, seq_param, seq_value, session_id};
+use super::{json_text, json_value, message_id, seq_param, seq_value, session_id};
 use crate::error::StoreError;
-use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::records::{Admission, Delivery};
 
@@ -120,42 +118,6 @@ pub(super) fn mark_promoted(
     Ok(())
 }
 
-/// Admits a prompt by publishing `session.prompt.admitted`; a stored id is returned with no
-/// event, an id already in a transcript is [`StoreError::Conflict`].
-pub(crate) fn admit(
-    conn: &mut PgConn,
-    session: &SessionId,
-    id: &MessageId,
-    prompt: &Value,
-    delivery: Delivery,
-    now: i64,
-) -> Result<(Admission, Option<EventRecord>), StoreError> {
-    if let Some(existing) = get_input(conn, id)? {
-        return Ok((existing, None));
-    }
-    if message_exists(conn, id)? {
-        return Err(StoreError::Conflict(format!(
-            "prompt {id} is already in a transcript"
-        )));
-    }
-    let admitted = SessionEvent::PromptAdmitted {
-        message_id: id.clone(),
-        prompt: prompt.clone(),
-        delivery,
-    };
-    let event = event::append(conn, session, &admitted, now)?;
-    let admission = Admission {
-        id: id.clone(),
-        session_id: session.clone(),
-        admitted_seq: event.seq,
-        prompt: prompt.clone(),
-        delivery,
-        time_created: event.time,
-        promoted_seq: None,
-    };
-    Ok((admission, Some(event)))
-}
-
 /// `session`'s pending inputs in admission order.
 pub(crate) fn pending_inputs(
     conn: &mut PgConn,
@@ -171,69 +133,4 @@ pub(crate) fn pending_inputs(
         ),
         &[&session.as_str()],
     )
-}
-
-/// Promotes one pending input by publishing `session.prompt.promoted`.
-fn promote(
-    conn: &mut PgConn,
-    mut input: Admission,
-    now: i64,
-) -> Result<(Admission, EventRecord), StoreError> {
-    let promoted = SessionEvent::PromptPromoted {
-        message_id: input.id.clone(),
-        prompt: input.prompt.clone(),
-        delivery: input.delivery,
-    };
-    let session = input.session_id.clone();
-    let event = event::append(conn, &session, &promoted, now)?;
-    input.promoted_seq = Some(event.seq);
-    Ok((input, event))
-}
-
-/// Promotes every pending steer input admitted at or before `cutoff` (all when `None`), in
-/// admission order.
-pub(crate) fn promote_steer(
-    conn: &mut PgConn,
-    session: &SessionId,
-    cutoff: Option<u64>,
-    now: i64,
-) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
-    let cutoff = cutoff.map_or(i64::MAX, seq_param);
-    let pending = query_inputs(
-        conn,
-        concat!(
-            "SELECT ",
-            input_columns!(),
-            " FROM session_input WHERE session_id = $1 AND promoted_seq IS NULL \
-             AND delivery = 'steer' AND admitted_seq <= $2 ORDER BY admitted_seq"
-        ),
-        &[&session.as_str(), &cutoff],
-    )?;
-    pending
-        .into_iter()
-        .map(|input| promote(conn, input, now))
-        .collect()
-}
-
-/// Promotes the oldest pending queue input of `session`, if any.
-pub(crate) fn promote_queue(
-    conn: &mut PgConn,
-    session: &SessionId,
-    now: i64,
-) -> Result<Option<(Admission, EventRecord)>, StoreError> {
-    let oldest = query_inputs(
-        conn,
-        concat!(
-            "SELECT ",
-            input_columns!(),
-            " FROM session_input WHERE session_id = $1 AND promoted_seq IS NULL \
-             AND delivery = 'queue' ORDER BY admitted_seq LIMIT 1"
-        ),
-        &[&session.as_str()],
-    )?;
-    oldest
-        .into_iter()
-        .next()
-        .map(|input| promote(conn, input, now))
-        .transpose()
 }

@@ -4,13 +4,14 @@
 use postgres::Row;
 use serde_json::Value;
 
-use super::conn::{Params, PgConn};
+use super::conn::PgConn;
 use super::session_id;
 use super::{event, json_text, json_value, limit_param, message_id, seq_param, seq_value};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::records::{Direction, Message, MessagesQuery, Order};
+use crate::journal::rules::Scan;
+use crate::records::{Message, Order};
 
 macro_rules! message_columns {
     () => {
@@ -131,82 +132,8 @@ pub(crate) fn get_message(
     row.as_ref().map(decode).transpose()
 }
 
-/// Whether any transcript holds a message `id`.
-pub(crate) fn message_exists(conn: &mut PgConn, id: &MessageId) -> Result<bool, StoreError> {
-    let row = conn.query_one(
-        "SELECT EXISTS (SELECT 1 FROM session_message WHERE id = $1)",
-        &[&id.as_str()],
-    )?;
-    Ok(row.try_get(0)?)
-}
-
-/// Runs a transcript query and decodes the rows.
-fn query_messages(
-    conn: &mut PgConn,
-    sql: &str,
-    params: Params<'_>,
-) -> Result<Vec<Message>, StoreError> {
-    conn.query(sql, params)?.iter().map(decode).collect()
-}
-
-/// One page of a transcript, keyset-paged on `seq`; an unknown cursor yields an empty page.
-pub(crate) fn messages(
-    conn: &mut PgConn,
-    query: &MessagesQuery,
-) -> Result<Vec<Message>, StoreError> {
-    let session = query.session_id.as_str();
-    let limit = limit_param(query.limit);
-    let previous = matches!(&query.cursor, Some(c) if c.direction == Direction::Previous);
-    let order = if previous {
-        query.order.flip()
-    } else {
-        query.order
-    };
-    let mut page = match &query.cursor {
-        None => {
-            let sql = match order {
-                Order::Asc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    " FROM session_message WHERE session_id = $1 ORDER BY seq ASC LIMIT $2"
-                ),
-                Order::Desc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    " FROM session_message WHERE session_id = $1 ORDER BY seq DESC LIMIT $2"
-                ),
-            };
-            query_messages(conn, sql, &[&session, &limit])?
-        }
-        Some(cursor) => {
-            let Some(anchor) = cursor_seq(conn, &query.session_id, &cursor.id)? else {
-                return Ok(Vec::new());
-            };
-            let sql = match order {
-                Order::Asc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    " FROM session_message WHERE session_id = $1 AND seq > $3 \
-                     ORDER BY seq ASC LIMIT $2"
-                ),
-                Order::Desc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    " FROM session_message WHERE session_id = $1 AND seq < $3 \
-                     ORDER BY seq DESC LIMIT $2"
-                ),
-            };
-            query_messages(conn, sql, &[&session, &limit, &seq_param(anchor)])?
-        }
-    };
-    if previous {
-        page.reverse();
-    }
-    Ok(page)
-}
-
 /// The seq of message `id` within `session`.
-fn cursor_seq(
+pub(crate) fn message_seq(
     conn: &mut PgConn,
     session: &SessionId,
     id: &MessageId,
@@ -218,42 +145,44 @@ fn cursor_seq(
     row.map(|row| seq_value(row.try_get(0)?)).transpose()
 }
 
-/// `session`'s whole transcript in seq order.
-pub(crate) fn context(conn: &mut PgConn, session: &SessionId) -> Result<Vec<Message>, StoreError> {
-    messages_after(conn, session, None)
-}
-
-/// `session`'s messages with seq greater than `after` (all when `None`), in seq order: a range
-/// scan of the `UNIQUE (session_id, seq)` index, whatever the transcript's length.
-pub(crate) fn messages_after(
+/// The messages of `session` in the range of `scan`, in its order: a range scan of the
+/// `UNIQUE (session_id, seq)` index.
+pub(crate) fn scan_messages(
     conn: &mut PgConn,
     session: &SessionId,
-    after: Option<u64>,
+    scan: Scan,
 ) -> Result<Vec<Message>, StoreError> {
-    // -1 is below every seq.
-    let after = after.map_or(-1, seq_param);
-    let sql = concat!(
-        "SELECT ",
-        message_columns!(),
-        " FROM session_message WHERE session_id = $1 AND seq > $2 ORDER BY seq ASC"
-    );
-    query_messages(conn, sql, &[&session.as_str(), &after])
-}
-
-/// `session`'s newest `n` messages, in seq order: a backward scan of the same index.
-pub(crate) fn messages_tail(
-    conn: &mut PgConn,
-    session: &SessionId,
-    n: usize,
-) -> Result<Vec<Message>, StoreError> {
-    let sql = concat!(
-        "SELECT ",
-        message_columns!(),
-        " FROM session_message WHERE session_id = $1 ORDER BY seq DESC LIMIT $2"
-    );
-    let mut tail = query_messages(conn, sql, &[&session.as_str(), &limit_param(Some(n))])?;
-    tail.reverse();
-    Ok(tail)
+    let limit = limit_param(scan.limit);
+    let session = session.as_str();
+    let sql = match (scan.order, scan.past.is_some()) {
+        (Order::Asc, false) => concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM session_message WHERE session_id = $1 ORDER BY seq ASC LIMIT $2"
+        ),
+        (Order::Desc, false) => concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM session_message WHERE session_id = $1 ORDER BY seq DESC LIMIT $2"
+        ),
+        (Order::Asc, true) => concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM session_message WHERE session_id = $1 AND seq > $3 \
+             ORDER BY seq ASC LIMIT $2"
+        ),
+        (Order::Desc, true) => concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM session_message WHERE session_id = $1 AND seq < $3 \
+             ORDER BY seq DESC LIMIT $2"
+        ),
+    };
+    let rows = match scan.past {
+        None => conn.query(sql, &[&session, &limit])?,
+        Some(past) => conn.query(sql, &[&session, &limit, &seq_param(past)])?,
+    };
+    rows.iter().map(decode).collect()
 }
 
 /// The session whose transcript holds message `id`, if any.

@@ -8,10 +8,9 @@ use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
+use crate::journal::rules::Scan;
 use crate::journal::turn_write::TurnWrite;
-use crate::records::{
-    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
-};
+use crate::records::{Admission, ClaimState, ListQuery, Message, SessionInfo};
 
 impl Store for PgConn {
     fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
@@ -69,40 +68,48 @@ impl Store for PgConn {
         event::latest_interrupt_seq(self, session)
     }
 
+    fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError> {
+        claim::clear_wakes_before(self, session, seq)
+    }
+
+    fn hold_admissions(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        claim::hold_admissions(self, session)
+    }
+
+    fn message_seq(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<u64>, StoreError> {
+        message::message_seq(self, session, id)
+    }
+
+    fn scan_messages(
+        &mut self,
+        session: &SessionId,
+        scan: Scan,
+    ) -> Result<Vec<Message>, StoreError> {
+        message::scan_messages(self, session, scan)
+    }
+
+    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
+        claim::user_message_after(self, session, seq)
+    }
+
+    fn promoted_after(
+        &mut self,
+        session: &SessionId,
+        claim: u64,
+    ) -> Result<Vec<Admission>, StoreError> {
+        claim::promoted_after(self, session, claim)
+    }
+
     fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError> {
         input::get_input(self, id)
     }
 
-    fn admit(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        prompt: &Value,
-        delivery: Delivery,
-        now: i64,
-    ) -> Result<(Admission, Option<EventRecord>), StoreError> {
-        input::admit(self, session, id, prompt, delivery, now)
-    }
-
     fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError> {
         input::pending_inputs(self, session)
-    }
-
-    fn promote_steer(
-        &mut self,
-        session: &SessionId,
-        cutoff: Option<u64>,
-        now: i64,
-    ) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
-        input::promote_steer(self, session, cutoff, now)
-    }
-
-    fn promote_queue(
-        &mut self,
-        session: &SessionId,
-        now: i64,
-    ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
-        input::promote_queue(self, session, now)
     }
 
     fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError> {
@@ -136,26 +143,6 @@ impl Store for PgConn {
         message::get_message(self, session, id)
     }
 
-    fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError> {
-        message::messages(self, query)
-    }
-
-    fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError> {
-        message::context(self, session)
-    }
-
-    fn messages_after(
-        &mut self,
-        session: &SessionId,
-        after: Option<u64>,
-    ) -> Result<Vec<Message>, StoreError> {
-        message::messages_after(self, session, after)
-    }
-
-    fn messages_tail(&mut self, session: &SessionId, n: usize) -> Result<Vec<Message>, StoreError> {
-        message::messages_tail(self, session, n)
-    }
-
     fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
         message::transcript_owner(self, id)
     }
@@ -185,10 +172,6 @@ impl Store for PgConn {
 
     fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError> {
         claim::claim_counts(self, now)
-    }
-
-    fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        claim::settle(self, session)
     }
 
     fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError> {
@@ -234,15 +217,6 @@ impl Store for PgConn {
         boot: &str,
     ) -> Result<Option<ClaimedTurn>, StoreError> {
         claim::claimed_turn(self, id, boot)
-    }
-
-    fn served_inputs(
-        &mut self,
-        session: &SessionId,
-        claim: u64,
-        fence: Option<u64>,
-    ) -> Result<Vec<Admission>, StoreError> {
-        claim::served_inputs(self, session, claim, fence)
     }
 
     fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {

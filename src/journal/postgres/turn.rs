@@ -19,10 +19,11 @@
 use super::conn::PgConn;
 use postgres::Row;
 
-use super::{claim, event, json_text, seq_param, seq_value, EVENTS_CHANNEL};
+use super::{event, json_text, seq_param, seq_value, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
+use crate::journal::backend::Store;
 use crate::journal::turn_write::{TurnWrite, TurnWriteKind};
 
 /// What `ds_turns` did for one turn write, kept until its request takes it.
@@ -372,7 +373,7 @@ pub(crate) fn settle_turn(
     if pending {
         // Inputs are pending: settle statement by statement (the fence is checked and the row
         // stays locked until COMMIT).
-        let next = claim::settle(conn, session)?;
+        let next = Store::settle(conn, session)?;
         let record = event::append(conn, session, terminal, time)?;
         return Ok((next, record));
     }

@@ -9,10 +9,9 @@ use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
+use crate::journal::rules::Scan;
 use crate::journal::sqlite::{self, streams};
-use crate::records::{
-    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, SessionInfo,
-};
+use crate::records::{Admission, ClaimState, ListQuery, Message, SessionInfo};
 
 /// One process owns a SQLite file (its lock): it owns every session, at epoch 0.
 impl Store for Connection {
@@ -110,40 +109,44 @@ impl Store for Connection {
         sqlite::latest_interrupt_seq(self, session)
     }
 
+    fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError> {
+        sqlite::clear_wakes_before(self, session, seq)
+    }
+
+    fn message_seq(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<u64>, StoreError> {
+        sqlite::message_seq(self, session, id)
+    }
+
+    fn scan_messages(
+        &mut self,
+        session: &SessionId,
+        scan: Scan,
+    ) -> Result<Vec<Message>, StoreError> {
+        sqlite::scan_messages(self, session, scan)
+    }
+
+    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
+        sqlite::user_message_after(self, session, seq)
+    }
+
+    fn promoted_after(
+        &mut self,
+        session: &SessionId,
+        claim: u64,
+    ) -> Result<Vec<Admission>, StoreError> {
+        sqlite::promoted_after(self, session, claim)
+    }
+
     fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError> {
         sqlite::get_input(self, id)
     }
 
-    fn admit(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        prompt: &Value,
-        delivery: Delivery,
-        now: i64,
-    ) -> Result<(Admission, Option<EventRecord>), StoreError> {
-        sqlite::admit(self, session, id, prompt, delivery, now)
-    }
-
     fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError> {
         sqlite::pending_inputs(self, session)
-    }
-
-    fn promote_steer(
-        &mut self,
-        session: &SessionId,
-        cutoff: Option<u64>,
-        now: i64,
-    ) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
-        sqlite::promote_steer(self, session, cutoff, now)
-    }
-
-    fn promote_queue(
-        &mut self,
-        session: &SessionId,
-        now: i64,
-    ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
-        sqlite::promote_queue(self, session, now)
     }
 
     fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError> {
@@ -175,26 +178,6 @@ impl Store for Connection {
         id: &MessageId,
     ) -> Result<Option<Message>, StoreError> {
         sqlite::get_message(self, session, id)
-    }
-
-    fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError> {
-        sqlite::messages(self, query)
-    }
-
-    fn context(&mut self, session: &SessionId) -> Result<Vec<Message>, StoreError> {
-        sqlite::context(self, session)
-    }
-
-    fn messages_after(
-        &mut self,
-        session: &SessionId,
-        after: Option<u64>,
-    ) -> Result<Vec<Message>, StoreError> {
-        sqlite::messages_after(self, session, after)
-    }
-
-    fn messages_tail(&mut self, session: &SessionId, n: usize) -> Result<Vec<Message>, StoreError> {
-        sqlite::messages_tail(self, session, n)
     }
 
     fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
@@ -236,10 +219,6 @@ impl Store for Connection {
         sqlite::claim_counts(self, now)
     }
 
-    fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        sqlite::settle(self, session)
-    }
-
     fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError> {
         sqlite::list_claimed(self, exclude_boot)
     }
@@ -267,15 +246,6 @@ impl Store for Connection {
 
     fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError> {
         sqlite::count_adoption(self, id)
-    }
-
-    fn served_inputs(
-        &mut self,
-        session: &SessionId,
-        claim: u64,
-        fence: Option<u64>,
-    ) -> Result<Vec<Admission>, StoreError> {
-        sqlite::served_inputs(self, session, claim, fence)
     }
 
     fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {

@@ -10,51 +10,50 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::{seq_param, session_id, StoreError};
+use super::{get_opt_seq, seq_param, session_id, StoreError};
 use crate::id::SessionId;
+use crate::journal::rules::ClaimRow;
 use crate::records::ClaimState;
 
-/// What a claim does to a session's claim row that is already there: the first claim time and
-/// seq of a turn stay (a resume is another attempt of the same turn); the boot is replaced.
-macro_rules! claim_conflict {
-    () => {
-        " ON CONFLICT (session_id) DO UPDATE SET \
-           time_suspended = COALESCE(time_suspended, excluded.time_suspended), \
-           claim_seq = CASE WHEN time_suspended IS NULL THEN excluded.claim_seq \
-                            ELSE COALESCE(claim_seq, excluded.claim_seq) END, \
-           claim_boot = excluded.claim_boot"
-    };
+/// The claim row of `id`, if it has one.
+pub(crate) fn claim_row(conn: &Connection, id: &SessionId) -> Result<Option<ClaimRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT time_suspended, claim_seq, claim_boot FROM session_claim WHERE session_id = ?1",
+    )?;
+    Ok(stmt
+        .query_row([id.as_str()], |row| {
+            Ok(ClaimRow {
+                time: row.get(0)?,
+                seq: get_opt_seq(row, 1)?,
+                boot: row.get(2)?,
+            })
+        })
+        .optional()?)
 }
 
-/// Claims `id` for a turn started by process boot `boot` with the event at `seq`. The first
-/// claim's time, seq (`claim_seq`) and the attempt count survive a second claim (a resumed
-/// attempt of the same turn); `claim_boot` is always updated. Returns whether the session
-/// exists (nothing is written when it does not).
-pub(crate) fn claim(
+/// Writes `claim` as `id`'s claim row, keeping its resume attempts. Returns whether the
+/// session exists (nothing is written when it does not).
+pub(crate) fn write_claim(
     conn: &Connection,
     id: &SessionId,
-    now: i64,
-    seq: u64,
-    boot: &str,
+    claim: &ClaimRow,
 ) -> Result<bool, StoreError> {
     // A session the writer knows the log number of is stored (see `streams`): its claim needs
-    // no probe of the session table, which at 1,000,000 sessions is a descent of a million
-    // text keys.
+    // no probe of the session table.
     let sql = if super::streams::lookup(id).is_some() {
-        concat!(
-            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
-             VALUES (?1, ?2, ?4, ?3)",
-            claim_conflict!()
-        )
+        "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+         VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (session_id) DO UPDATE SET time_suspended = excluded.time_suspended, \
+           claim_seq = excluded.claim_seq, claim_boot = excluded.claim_boot"
     } else {
-        concat!(
-            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
-             SELECT id, ?2, ?4, ?3 FROM session WHERE id = ?1",
-            claim_conflict!()
-        )
+        "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+         SELECT id, ?2, ?3, ?4 FROM session WHERE id = ?1 \
+         ON CONFLICT (session_id) DO UPDATE SET time_suspended = excluded.time_suspended, \
+           claim_seq = excluded.claim_seq, claim_boot = excluded.claim_boot"
     };
     let mut stmt = conn.prepare_cached(sql)?;
-    Ok(stmt.execute(rusqlite::params![id.as_str(), now, boot, seq_param(seq)])? > 0)
+    let seq = claim.seq.map(seq_param);
+    Ok(stmt.execute(rusqlite::params![id.as_str(), claim.time, seq, claim.boot])? > 0)
 }
 
 /// Releases the claim on `id` and resets its resume attempts (deletes its claim row).
@@ -215,6 +214,7 @@ pub(crate) fn claim_state(
 mod tests {
     use super::*;
     use crate::journal::sqlite::get_session;
+    use crate::journal::sqlite::test_support::claim;
     use crate::journal::sqlite::test_support::{create, plan, sid, test_db};
 
     /// What the restart sweep reads at start costs what is claimed or owed, not the number of
@@ -263,8 +263,8 @@ mod tests {
 
     #[test]
     fn second_claim_keeps_first_time_and_time_updated() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         create(conn, "a", None, 100)?;
         assert!(claim(conn, &sid("a"), 1_000, 1, "boot-1")?);
         count_resume(conn, &sid("a"), "boot-2")?;
@@ -294,8 +294,8 @@ mod tests {
 
     #[test]
     fn release_clears_claim_and_resets_attempts() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         create(conn, "a", None, 100)?;
         claim(conn, &sid("a"), 1_000, 1, "boot")?;
         count_resume(conn, &sid("a"), "boot-2")?;
@@ -319,8 +319,8 @@ mod tests {
 
     #[test]
     fn count_resume_counts_up_and_is_none_for_missing_row() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         create(conn, "a", None, 100)?;
         claim(conn, &sid("a"), 1_000, 1, "boot")?;
         assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, Some(1));
@@ -336,8 +336,8 @@ mod tests {
 
     #[test]
     fn count_resume_counts_once_per_boot_and_never_a_released_claim() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         create(conn, "a", None, 100)?;
         claim(conn, &sid("a"), 1_000, 1, "crashed")?;
         assert_eq!(count_resume(conn, &sid("a"), "boot-2")?, Some(1));
@@ -358,8 +358,8 @@ mod tests {
 
     #[test]
     fn list_claimed_excludes_children_unclaimed_and_excluded_boot() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         for (id, parent) in [
             ("old", None),
             ("mine", None),
@@ -387,8 +387,8 @@ mod tests {
 
     #[test]
     fn release_child_claims_touches_only_claimed_children() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         create(conn, "parent", None, 100)?;
         create(conn, "busy-child", Some("parent"), 100)?;
         create(conn, "idle-child", Some("parent"), 100)?;

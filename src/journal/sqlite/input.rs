@@ -4,10 +4,9 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use super::{
-    append, conflict_on_constraint, get_opt_seq, get_seq, json_text, json_value, message_exists,
+    conflict_on_constraint, get_opt_seq, get_seq, json_text, json_value, message_exists,
     message_id, seq_param, session_id, StoreError,
 };
-use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::records::{Admission, Delivery};
 
@@ -60,7 +59,7 @@ impl InputRow {
 }
 
 /// Runs a cached query of inbox rows and decodes them.
-fn query_inputs(
+pub(super) fn query_inputs(
     conn: &Connection,
     sql: &str,
     params: impl rusqlite::Params,
@@ -148,45 +147,6 @@ pub(super) fn mark_promoted(
     Ok(())
 }
 
-/// Admits a prompt to `session`'s inbox by publishing `session.prompt.admitted`.
-///
-/// When an input with `id` is already stored (in any session) it is returned with no event and
-/// nothing written; the caller decides whether it is an exact retry. An `id` already in a
-/// transcript is [`StoreError::Conflict`].
-pub(crate) fn admit(
-    conn: &Connection,
-    session: &SessionId,
-    id: &MessageId,
-    prompt: &Value,
-    delivery: Delivery,
-    now: i64,
-) -> Result<(Admission, Option<EventRecord>), StoreError> {
-    if let Some(existing) = get_input(conn, id)? {
-        return Ok((existing, None));
-    }
-    if message_exists(conn, id)? {
-        return Err(StoreError::Conflict(format!(
-            "prompt {id} is already in a transcript"
-        )));
-    }
-    let admitted = SessionEvent::PromptAdmitted {
-        message_id: id.clone(),
-        prompt: prompt.clone(),
-        delivery,
-    };
-    let event = append(conn, session, &admitted, now)?;
-    let admission = Admission {
-        id: id.clone(),
-        session_id: session.clone(),
-        admitted_seq: event.seq,
-        prompt: prompt.clone(),
-        delivery,
-        time_created: event.time,
-        promoted_seq: None,
-    };
-    Ok((admission, Some(event)))
-}
-
 /// `session`'s pending inputs in admission order.
 pub(crate) fn pending_inputs(
     conn: &Connection,
@@ -204,69 +164,6 @@ pub(crate) fn pending_inputs(
     )
 }
 
-/// Promotes one pending input by publishing `session.prompt.promoted`.
-fn promote(
-    conn: &Connection,
-    mut input: Admission,
-    now: i64,
-) -> Result<(Admission, EventRecord), StoreError> {
-    let promoted = SessionEvent::PromptPromoted {
-        message_id: input.id.clone(),
-        prompt: input.prompt.clone(),
-        delivery: input.delivery,
-    };
-    let event = append(conn, &input.session_id, &promoted, now)?;
-    input.promoted_seq = Some(event.seq);
-    Ok((input, event))
-}
-
-/// Promotes every pending steer input of `session` admitted at or before `cutoff` (all when
-/// `None`), in admission order.
-pub(crate) fn promote_steer(
-    conn: &Connection,
-    session: &SessionId,
-    cutoff: Option<u64>,
-    now: i64,
-) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
-    let pending = query_inputs(
-        conn,
-        concat!(
-            "SELECT ",
-            input_columns!(),
-            " FROM session_input WHERE session_id = ?1 AND promoted_seq IS NULL \
-             AND delivery = 'steer' AND admitted_seq <= ?2 ORDER BY admitted_seq"
-        ),
-        rusqlite::params![session.as_str(), cutoff.map_or(i64::MAX, seq_param)],
-    )?;
-    pending
-        .into_iter()
-        .map(|input| promote(conn, input, now))
-        .collect()
-}
-
-/// Promotes the oldest pending queue input of `session`, if any.
-pub(crate) fn promote_queue(
-    conn: &Connection,
-    session: &SessionId,
-    now: i64,
-) -> Result<Option<(Admission, EventRecord)>, StoreError> {
-    let oldest = query_inputs(
-        conn,
-        concat!(
-            "SELECT ",
-            input_columns!(),
-            " FROM session_input WHERE session_id = ?1 AND promoted_seq IS NULL \
-             AND delivery = 'queue' ORDER BY admitted_seq LIMIT 1"
-        ),
-        [session.as_str()],
-    )?;
-    oldest
-        .into_iter()
-        .next()
-        .map(|input| promote(conn, input, now))
-        .transpose()
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -274,20 +171,26 @@ mod tests {
     use super::*;
     use crate::event::kind;
     use crate::journal::sqlite::publish;
+    use crate::journal::sqlite::test_support::{admit, promote_queue, promote_steer};
     use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
     use crate::journal::sqlite::{append_message, events_after, get_message, latest_seq};
-
     fn ids(inputs: &[Admission]) -> Vec<&str> {
         inputs.iter().map(|a| a.id.as_str()).collect()
     }
 
     #[test]
     fn admit_stores_a_pending_input_with_its_event() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         create(&db.conn, "s", None, 1)?;
         let prompt = json!({ "parts": [{ "type": "text", "text": "hi" }] });
-        let (admission, event) =
-            admit(&db.conn, &sid("s"), &mid("p"), &prompt, Delivery::Queue, 7)?;
+        let (admission, event) = admit(
+            &mut db.conn,
+            &sid("s"),
+            &mid("p"),
+            &prompt,
+            Delivery::Queue,
+            7,
+        )?;
         let event = event.expect("a fresh admission publishes");
         assert_eq!(event.kind, kind::PROMPT_ADMITTED);
         assert_eq!(
@@ -311,11 +214,11 @@ mod tests {
 
     #[test]
     fn admit_returns_the_stored_input_without_an_event() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         create(&db.conn, "s", None, 1)?;
         create(&db.conn, "t", None, 1)?;
         let (first, _) = admit(
-            &db.conn,
+            &mut db.conn,
             &sid("s"),
             &mid("p"),
             &json!("a"),
@@ -325,7 +228,7 @@ mod tests {
         let seq = latest_seq(&db.conn, &sid("s"))?;
         // Different content and session: the stored row comes back for the caller to compare.
         let (again, event) = admit(
-            &db.conn,
+            &mut db.conn,
             &sid("t"),
             &mid("p"),
             &json!("b"),
@@ -340,12 +243,12 @@ mod tests {
 
     #[test]
     fn admit_rejects_an_id_already_in_a_transcript() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         create(&db.conn, "s", None, 1)?;
         append_message(&db.conn, &sid("s"), &mid("m"), "assistant", &json!("x"), 2)?;
         let seq = latest_seq(&db.conn, &sid("s"))?;
         let result = admit(
-            &db.conn,
+            &mut db.conn,
             &sid("s"),
             &mid("m"),
             &json!("p"),
@@ -360,7 +263,7 @@ mod tests {
 
     #[test]
     fn pending_inputs_are_in_admission_order() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         create(&db.conn, "s", None, 1)?;
         create(&db.conn, "t", None, 1)?;
         for (id, delivery) in [
@@ -368,10 +271,10 @@ mod tests {
             ("a", Delivery::Steer),
             ("m", Delivery::Queue),
         ] {
-            admit(&db.conn, &sid("s"), &mid(id), &json!(id), delivery, 2)?;
+            admit(&mut db.conn, &sid("s"), &mid(id), &json!(id), delivery, 2)?;
         }
         admit(
-            &db.conn,
+            &mut db.conn,
             &sid("t"),
             &mid("other"),
             &json!("o"),
@@ -379,14 +282,14 @@ mod tests {
             2,
         )?;
         assert_eq!(ids(&pending_inputs(&db.conn, &sid("s"))?), ["z", "a", "m"]);
-        promote_queue(&db.conn, &sid("s"), 3)?;
+        promote_queue(&mut db.conn, &sid("s"), 3)?;
         assert_eq!(ids(&pending_inputs(&db.conn, &sid("s"))?), ["a", "m"]);
         Ok(())
     }
 
     #[test]
     fn promote_steer_respects_cutoff_order_and_delivery() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         let s = sid("s");
         create(&db.conn, "s", None, 1)?;
         let mut seqs = Vec::new();
@@ -396,10 +299,10 @@ mod tests {
             ("s2", Delivery::Steer),
             ("s3", Delivery::Steer),
         ] {
-            let (a, _) = admit(&db.conn, &s, &mid(id), &json!(id), delivery, 2)?;
+            let (a, _) = admit(&mut db.conn, &s, &mid(id), &json!(id), delivery, 2)?;
             seqs.push(a.admitted_seq);
         }
-        let first = promote_steer(&db.conn, &s, Some(seqs[2]), 5)?;
+        let first = promote_steer(&mut db.conn, &s, Some(seqs[2]), 5)?;
         let promoted: Vec<&str> = first.iter().map(|(a, _)| a.id.as_str()).collect();
         assert_eq!(promoted, ["s1", "s2"]);
         for (admission, event) in &first {
@@ -414,19 +317,19 @@ mod tests {
             assert_eq!(message.data, json!({ "prompt": admission.prompt }));
         }
         assert!(first[0].1.seq < first[1].1.seq);
-        let rest = promote_steer(&db.conn, &s, None, 6)?;
+        let rest = promote_steer(&mut db.conn, &s, None, 6)?;
         assert_eq!(
             rest.iter().map(|(a, _)| a.id.as_str()).collect::<Vec<_>>(),
             ["s3"]
         );
-        assert!(promote_steer(&db.conn, &s, None, 7)?.is_empty());
+        assert!(promote_steer(&mut db.conn, &s, None, 7)?.is_empty());
         assert_eq!(ids(&pending_inputs(&db.conn, &s)?), ["q1"]);
         Ok(())
     }
 
     #[test]
     fn promote_queue_promotes_only_the_oldest_queue_input() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         let s = sid("s");
         create(&db.conn, "s", None, 1)?;
         for (id, delivery) in [
@@ -434,27 +337,27 @@ mod tests {
             ("q1", Delivery::Queue),
             ("q2", Delivery::Queue),
         ] {
-            admit(&db.conn, &s, &mid(id), &json!(id), delivery, 2)?;
+            admit(&mut db.conn, &s, &mid(id), &json!(id), delivery, 2)?;
         }
-        let (first, event) = promote_queue(&db.conn, &s, 3)?.expect("a queue input");
+        let (first, event) = promote_queue(&mut db.conn, &s, 3)?.expect("a queue input");
         assert_eq!(
             (first.id.as_str(), first.promoted_seq),
             ("q1", Some(event.seq))
         );
         assert_eq!(ids(&pending_inputs(&db.conn, &s)?), ["st", "q2"]);
-        let (second, _) = promote_queue(&db.conn, &s, 4)?.expect("a queue input");
+        let (second, _) = promote_queue(&mut db.conn, &s, 4)?.expect("a queue input");
         assert_eq!(second.id.as_str(), "q2");
-        assert_eq!(promote_queue(&db.conn, &s, 5)?, None);
+        assert_eq!(promote_queue(&mut db.conn, &s, 5)?, None);
         Ok(())
     }
 
     #[test]
     fn an_input_cannot_be_promoted_twice() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         let s = sid("s");
         create(&db.conn, "s", None, 1)?;
-        admit(&db.conn, &s, &mid("p"), &json!("p"), Delivery::Steer, 2)?;
-        let (promoted, _) = promote_steer(&db.conn, &s, None, 3)?.remove(0);
+        admit(&mut db.conn, &s, &mid("p"), &json!("p"), Delivery::Steer, 2)?;
+        let (promoted, _) = promote_steer(&mut db.conn, &s, None, 3)?.remove(0);
         let before = latest_seq(&db.conn, &s)?;
 
         let data = json!({ "messageID": "p", "prompt": "p", "delivery": "steer" });
@@ -463,7 +366,7 @@ mod tests {
         assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
         drop(tx);
 
-        assert!(promote_steer(&db.conn, &s, None, 5)?.is_empty());
+        assert!(promote_steer(&mut db.conn, &s, None, 5)?.is_empty());
         assert_eq!(get_input(&db.conn, &mid("p"))?, Some(promoted));
         assert_eq!(latest_seq(&db.conn, &s)?, before);
         assert_eq!(events_after(&db.conn, &s, before, 10)?, []);

@@ -9,7 +9,8 @@ use super::{
 };
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::records::{Direction, Message, MessagesQuery, Order};
+use crate::journal::rules::Scan;
+use crate::records::{Message, Order};
 
 macro_rules! message_columns {
     () => {
@@ -132,84 +133,8 @@ pub(crate) fn message_exists(conn: &Connection, id: &MessageId) -> Result<bool, 
     Ok(stmt.query_row([id.as_str()], |row| row.get(0))?)
 }
 
-/// Runs a cached transcript query and decodes the rows.
-fn query_messages(
-    conn: &Connection,
-    sql: &str,
-    params: impl rusqlite::Params,
-) -> Result<Vec<Message>, StoreError> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let rows = stmt
-        .query_map(params, MessageRow::read)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    rows.into_iter().map(MessageRow::decode).collect()
-}
-
-/// One page of a transcript, keyset-paged on `seq`. An unknown cursor (or another session's
-/// message) yields an empty page. A `Previous` cursor scans the opposite way and reverses the
-/// rows, so every page reads in the requested order.
-pub(crate) fn messages(
-    conn: &Connection,
-    query: &MessagesQuery,
-) -> Result<Vec<Message>, StoreError> {
-    let session = query.session_id.as_str();
-    let limit = limit_param(query.limit);
-    let previous = matches!(&query.cursor, Some(c) if c.direction == Direction::Previous);
-    let order = if previous {
-        query.order.flip()
-    } else {
-        query.order
-    };
-    let mut page = match &query.cursor {
-        None => {
-            let sql = match order {
-                Order::Asc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    ", interrupted",
-                    " FROM session_message WHERE session_id = ?1 ORDER BY seq ASC LIMIT ?2"
-                ),
-                Order::Desc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    ", interrupted",
-                    " FROM session_message WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2"
-                ),
-            };
-            query_messages(conn, sql, rusqlite::params![session, limit])?
-        }
-        Some(cursor) => {
-            let Some(anchor) = cursor_seq(conn, &query.session_id, &cursor.id)? else {
-                return Ok(Vec::new());
-            };
-            let sql = match order {
-                Order::Asc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    ", interrupted",
-                    " FROM session_message WHERE session_id = ?1 AND seq > ?3 \
-                     ORDER BY seq ASC LIMIT ?2"
-                ),
-                Order::Desc => concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    ", interrupted",
-                    " FROM session_message WHERE session_id = ?1 AND seq < ?3 \
-                     ORDER BY seq DESC LIMIT ?2"
-                ),
-            };
-            let params = rusqlite::params![session, limit, seq_param(anchor)];
-            query_messages(conn, sql, params)?
-        }
-    };
-    if previous {
-        page.reverse();
-    }
-    Ok(page)
-}
-
 /// The seq of message `id` within `session`.
-fn cursor_seq(
+pub(crate) fn message_seq(
     conn: &Connection,
     session: &SessionId,
     id: &MessageId,
@@ -221,46 +146,50 @@ fn cursor_seq(
         .optional()?)
 }
 
-/// `session`'s whole transcript in seq order: what a runner feeds the model.
-pub(crate) fn context(conn: &Connection, session: &SessionId) -> Result<Vec<Message>, StoreError> {
-    messages_after(conn, session, None)
-}
-
-/// `session`'s messages with seq greater than `after` (all when `None`), in seq order: a range
-/// scan of the `UNIQUE (session_id, seq)` index, whatever the transcript's length.
-pub(crate) fn messages_after(
+/// The messages of `session` in the range of `scan`, in its order: a range scan of the
+/// `UNIQUE (session_id, seq)` index.
+pub(crate) fn scan_messages(
     conn: &Connection,
     session: &SessionId,
-    after: Option<u64>,
+    scan: Scan,
 ) -> Result<Vec<Message>, StoreError> {
-    // -1 is below every seq.
-    let after = after.map_or(-1, seq_param);
-    let sql = concat!(
-        "SELECT ",
-        message_columns!(),
-        ", interrupted FROM session_message WHERE session_id = ?1 AND seq > ?2 ORDER BY seq ASC"
-    );
-    query_messages(conn, sql, rusqlite::params![session.as_str(), after])
-}
-
-/// `session`'s newest `n` messages, in seq order: a backward scan of the same index.
-pub(crate) fn messages_tail(
-    conn: &Connection,
-    session: &SessionId,
-    n: usize,
-) -> Result<Vec<Message>, StoreError> {
-    let sql = concat!(
-        "SELECT ",
-        message_columns!(),
-        ", interrupted FROM session_message WHERE session_id = ?1 ORDER BY seq DESC LIMIT ?2"
-    );
-    let mut tail = query_messages(
-        conn,
-        sql,
-        rusqlite::params![session.as_str(), limit_param(Some(n))],
-    )?;
-    tail.reverse();
-    Ok(tail)
+    let limit = limit_param(scan.limit);
+    let sql = match (scan.order, scan.past.is_some()) {
+        (Order::Asc, false) => concat!(
+            "SELECT ",
+            message_columns!(),
+            ", interrupted FROM session_message WHERE session_id = ?1 \
+             ORDER BY seq ASC LIMIT ?2"
+        ),
+        (Order::Desc, false) => concat!(
+            "SELECT ",
+            message_columns!(),
+            ", interrupted FROM session_message WHERE session_id = ?1 \
+             ORDER BY seq DESC LIMIT ?2"
+        ),
+        (Order::Asc, true) => concat!(
+            "SELECT ",
+            message_columns!(),
+            ", interrupted FROM session_message WHERE session_id = ?1 AND seq > ?3 \
+             ORDER BY seq ASC LIMIT ?2"
+        ),
+        (Order::Desc, true) => concat!(
+            "SELECT ",
+            message_columns!(),
+            ", interrupted FROM session_message WHERE session_id = ?1 AND seq < ?3 \
+             ORDER BY seq DESC LIMIT ?2"
+        ),
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = match scan.past {
+        None => stmt.query_map(rusqlite::params![session.as_str(), limit], MessageRow::read)?,
+        Some(past) => stmt.query_map(
+            rusqlite::params![session.as_str(), limit, seq_param(past)],
+            MessageRow::read,
+        )?,
+    }
+    .collect::<rusqlite::Result<Vec<_>>>()?;
+    rows.into_iter().map(MessageRow::decode).collect()
 }
 
 #[cfg(test)]

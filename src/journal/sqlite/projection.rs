@@ -5,9 +5,10 @@ use rusqlite::Connection;
 use serde_json::Value;
 
 use super::recovery::{claim_seq, mark_interrupted};
-use super::{claim, input, message, release, session, StoreError};
+use super::{claim_row, input, message, release, session, write_claim, StoreError};
 use crate::id::{MessageId, SessionId};
 use crate::journal::projection::ProjectionRows;
+use crate::journal::rules::ClaimRow;
 use crate::records::{Delivery, SessionInfo};
 
 /// SQLite's statements for the projection's row writes.
@@ -18,8 +19,12 @@ impl ProjectionRows for Rows<'_> {
         session::insert_session(self.0, info)
     }
 
-    fn claim(&mut self, id: &SessionId, time: i64, seq: u64, boot: &str) -> Result<(), StoreError> {
-        claim(self.0, id, time, seq, boot).map(drop)
+    fn claim_row(&mut self, id: &SessionId) -> Result<Option<ClaimRow>, StoreError> {
+        claim_row(self.0, id)
+    }
+
+    fn write_claim(&mut self, id: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError> {
+        write_claim(self.0, id, claim)
     }
 
     fn claim_seq(&mut self, id: &SessionId) -> Result<Option<u64>, StoreError> {

@@ -183,7 +183,6 @@ mod tests {
     use crate::journal::sqlite::{
         compact, compactable, delete_session, events_after, latest_seq, publish, stored_events,
     };
-
     fn recent_rows(conn: &Connection) -> rusqlite::Result<i64> {
         conn.query_row(
             "SELECT COUNT(*) FROM event INDEXED BY event_recent WHERE recent = 1",
@@ -205,8 +204,8 @@ mod tests {
     /// and the next seq follows the newest of both.
     #[test]
     fn a_replay_reads_the_settled_history_then_the_recent_entries() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let (a, b) = (sid("a"), sid("b"));
         create(conn, "a", None, 1)?;
         create(conn, "b", None, 1)?;
@@ -250,8 +249,8 @@ mod tests {
     /// its own, and never inside a caller's transaction.
     #[test]
     fn the_writer_settles_after_enough_events_or_when_idle() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let a = sid("a");
         create(conn, "a", None, 1)?;
         let mut settler = Settler::default();
@@ -294,8 +293,8 @@ mod tests {
     /// or a whole index, whatever the history holds.
     #[test]
     fn every_log_read_searches_one_session_in_each_index() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         for sql in [NEXT_SEQ_SQL, EVENTS_AFTER_SQL] {
             let lines = plan(conn, sql)?;
             let reads: Vec<&String> = lines.iter().filter(|l| l.contains(" event ")).collect();

@@ -7,7 +7,7 @@
 //! killed between the admission and its wake still leaves the intent on disk; the restart sweep
 //! adopts sessions holding marked inputs ([`adoptable`]). The mark is dropped when an interrupt
 //! fences the input ([`clear_wakes`]), and when a turn that claimed after the admission settles
-//! without scheduling another ([`settle`]).
+//! without scheduling another ([`clear_wakes_before`], by the journal's settle rule).
 
 use rusqlite::{Connection, OptionalExtension};
 
@@ -109,89 +109,52 @@ pub(crate) fn owes_turn(conn: &Connection, session: &SessionId) -> Result<bool, 
     Ok(stmt.query_row([session.as_str()], |row| row.get(0))?)
 }
 
-/// The inputs the turn claimed at `claim` promoted, in promotion order, less those a user
-/// interrupted: when the latest interrupt request (`fence`) came after the claim, only inputs
-/// admitted after it are served (the turn went on for newer work); otherwise all of them.
-pub(crate) fn served_inputs(
+/// The inputs whose prompts entered `session`'s transcript after seq `claim`, in promotion
+/// order.
+pub(crate) fn promoted_after(
     conn: &Connection,
     session: &SessionId,
     claim: u64,
-    fence: Option<u64>,
 ) -> Result<Vec<Admission>, StoreError> {
-    let floor = match fence {
-        Some(fence) if fence > claim => Some(fence),
-        _ => None,
-    };
-    let mut stmt = conn.prepare_cached(
-        "SELECT m.id FROM session_message m JOIN session_input i ON i.id = m.id \
-         WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > ?2 AND i.admitted_seq > ?3 \
-         ORDER BY m.seq",
-    )?;
-    let ids = stmt
-        .query_map(
-            rusqlite::params![
-                session.as_str(),
-                seq_param(claim),
-                floor.map_or(-1, seq_param)
-            ],
-            |row| row.get::<_, String>(0),
-        )?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut served = Vec::with_capacity(ids.len());
-    for id in ids {
-        let id = super::message_id(id)?;
-        if let Some(admission) = input::get_input(conn, &id)? {
-            served.push(admission);
-        }
-    }
-    Ok(served)
+    input::query_inputs(
+        conn,
+        "SELECT i.id, i.session_id, i.admitted_seq, i.prompt, i.delivery, i.time_created, \
+                i.promoted_seq \
+         FROM session_message m JOIN session_input i ON i.id = m.id \
+         WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > ?2 ORDER BY m.seq",
+        rusqlite::params![session.as_str(), seq_param(claim)],
+    )
 }
 
-/// Run in the transaction that records the terminal of `session`'s turn (before it, while the
-/// claim is still held): returns the admission seq of the oldest pending, unfenced `queue`
-/// input when the turn made progress (promoted at least one prompt), so that the session runs
-/// the next queued prompt in a turn of its own. Otherwise no further turn is scheduled for the
-/// inputs that were pending when this turn claimed, so their wake marks are dropped: the turn
-/// had its chance to serve them.
-pub(crate) fn settle(conn: &Connection, session: &SessionId) -> Result<Option<u64>, StoreError> {
-    // Most turns leave nothing pending: one probe of the pending index settles them.
-    let mut pending = conn.prepare_cached(
-        "SELECT EXISTS (SELECT 1 FROM session_input WHERE session_id = ?1 AND promoted_seq IS NULL)",
+/// Whether `session`'s transcript holds a `user` message with seq greater than `seq`.
+pub(crate) fn user_message_after(
+    conn: &Connection,
+    session: &SessionId,
+    seq: u64,
+) -> Result<bool, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM session_message \
+         WHERE session_id = ?1 AND type = 'user' AND seq > ?2)",
     )?;
-    if !pending.query_row([session.as_str()], |row| row.get::<_, bool>(0))? {
-        return Ok(None);
-    }
-    let mut next = conn.prepare_cached(
-        "SELECT MIN(admitted_seq) FROM session_input \
-         WHERE session_id = ?1 AND promoted_seq IS NULL AND delivery = 'queue' \
-           AND admitted_seq > COALESCE((SELECT MAX(seq) FROM event WHERE aggregate_id = ?1 \
-                AND type = 'session.interrupt.requested'), -1)",
-    )?;
-    let queued = next.query_row([session.as_str()], |row| get_opt_seq(row, 0))?;
-    if let Some(queued) = queued {
-        let mut progress = conn.prepare_cached(
-            "SELECT EXISTS (SELECT 1 FROM session_message m \
-             JOIN session_claim c ON c.session_id = m.session_id \
-             WHERE m.session_id = ?1 AND m.type = 'user' AND m.seq > c.claim_seq)",
-        )?;
-        if progress.query_row([session.as_str()], |row| row.get::<_, bool>(0))? {
-            // The next turn is owed to this prompt now: durably, so that a crash before that
-            // turn claims does not strand it (even one admitted without `resume`).
-            let mut owe = conn.prepare_cached(
-                "UPDATE session_input SET wake = 1 \
-                 WHERE session_id = ?1 AND admitted_seq = ?2 AND promoted_seq IS NULL",
-            )?;
-            owe.execute(rusqlite::params![session.as_str(), seq_param(queued)])?;
-            return Ok(Some(queued));
-        }
-    }
-    let mut clear = conn.prepare_cached(
+    Ok(
+        stmt.query_row(rusqlite::params![session.as_str(), seq_param(seq)], |row| {
+            row.get(0)
+        })?,
+    )
+}
+
+/// Drops the wake marks of `session`'s pending inputs admitted before `seq`.
+pub(crate) fn clear_wakes_before(
+    conn: &Connection,
+    session: &SessionId,
+    seq: u64,
+) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
         "UPDATE session_input SET wake = 0 \
-         WHERE session_id = ?1 AND promoted_seq IS NULL AND wake = 1 \
-           AND admitted_seq < (SELECT claim_seq FROM session_claim WHERE session_id = ?1)",
+         WHERE session_id = ?1 AND promoted_seq IS NULL AND wake = 1 AND admitted_seq < ?2",
     )?;
-    clear.execute([session.as_str()])?;
-    Ok(None)
+    stmt.execute(rusqlite::params![session.as_str(), seq_param(seq)])?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -200,8 +163,11 @@ mod tests {
 
     use super::*;
     use crate::event::kind;
+    use crate::journal::sqlite::publish;
     use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
-    use crate::journal::sqlite::{admit, promote_queue, promote_steer, publish};
+    use crate::journal::sqlite::test_support::{served_inputs, settle};
+
+    use crate::journal::sqlite::test_support::{admit, promote_queue, promote_steer};
     use crate::records::Delivery;
 
     fn started(conn: &Connection, s: &SessionId) -> Result<u64, StoreError> {
@@ -210,8 +176,8 @@ mod tests {
 
     #[test]
     fn wake_marks_are_adopted_until_fenced_or_claimed() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let s = sid("s");
         create(conn, "s", None, 1)?;
         create(conn, "quiet", None, 1)?;
@@ -257,8 +223,8 @@ mod tests {
 
     #[test]
     fn a_claim_keeps_its_first_seq_across_resumed_attempts() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let s = sid("s");
         create(conn, "s", None, 1)?;
         assert_eq!(claim_seq(conn, &s)?, None);
@@ -275,8 +241,8 @@ mod tests {
 
     #[test]
     fn served_inputs_skip_earlier_turns_and_interrupted_work() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let s = sid("s");
         create(conn, "s", None, 1)?;
         admit(conn, &s, &mid("old"), &json!("old"), Delivery::Steer, 2)?;
@@ -298,8 +264,8 @@ mod tests {
 
     #[test]
     fn settle_schedules_the_next_queued_prompt_only_after_progress() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let s = sid("s");
         create(conn, "s", None, 1)?;
         started(conn, &s)?;
@@ -326,8 +292,8 @@ mod tests {
 
     #[test]
     fn a_user_interrupt_marks_the_turns_prompts() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let s = sid("s");
         create(conn, "s", None, 1)?;
         admit(conn, &s, &mid("done"), &json!("d"), Delivery::Steer, 2)?;

@@ -187,7 +187,9 @@ mod tests {
     use super::*;
     use crate::event::kind;
     use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
-    use crate::journal::sqlite::{admit, append_message, events_after, latest_seq, publish};
+    use crate::journal::sqlite::{append_message, events_after, latest_seq, publish};
+
+    use crate::journal::sqlite::test_support::admit;
     use crate::records::Delivery;
 
     /// The lowest seq stored for `session`, replayable or not.
@@ -200,8 +202,8 @@ mod tests {
 
     #[test]
     fn a_tree_is_the_session_and_everything_below_it() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         create(conn, "root", None, 1)?;
         create(conn, "a", Some("root"), 2)?;
         create(conn, "b", Some("root"), 3)?;
@@ -219,8 +221,8 @@ mod tests {
 
     #[test]
     fn deleting_leaves_no_row_of_the_session() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let (s, other) = (sid("s"), sid("other"));
         for id in ["s", "other"] {
             create(conn, id, None, 1)?;
@@ -263,8 +265,8 @@ mod tests {
 
     #[test]
     fn compaction_keeps_the_newest_events_and_the_interrupt_fence() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let s = sid("s");
         create(conn, "s", None, 1)?; // seq 0
         publish(
@@ -312,8 +314,8 @@ mod tests {
     /// start: seqs go on one past the last one the log had, not after the fence.
     #[test]
     fn a_log_compacted_whole_goes_on_after_its_last_seq() -> Result<(), StoreError> {
-        let db = test_db()?;
-        let conn = &db.conn;
+        let mut db = test_db()?;
+        let conn = &mut db.conn;
         let s = sid("s");
         create(conn, "s", None, 1)?; // seq 0
         publish(conn, &s, kind::INTERRUPT_REQUESTED, &json!({}), 2)?; // 1

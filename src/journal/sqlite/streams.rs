@@ -225,7 +225,6 @@ mod tests {
     use crate::journal::sqlite::backend::SqliteWriter;
     use crate::journal::sqlite::test_support::{create, sid, test_db, TestDb};
     use crate::journal::sqlite::{self, events_after};
-
     fn writer(db: &TestDb) -> Result<SqliteWriter, StoreError> {
         Ok(SqliteWriter::new(
             sqlite::open_connection(&db.cfg)?,
@@ -307,12 +306,18 @@ mod tests {
         let a = sid("a");
         w.begin()?;
         create(conn(&mut w), "a", None, 1)?;
-        assert!(super::super::claim::claim(conn(&mut w), &a, 5, 0, "b")?);
+        assert!(crate::journal::sqlite::test_support::claim(
+            conn(&mut w),
+            &a,
+            5,
+            0,
+            "b"
+        )?);
         w.commit()?;
         w.begin()?;
         note(conn(&mut w), "a", "x")?;
         w.store().delete_session(&a)?;
-        let claimed = super::super::claim::claim(conn(&mut w), &a, 6, 2, "b")?;
+        let claimed = crate::journal::sqlite::test_support::claim(conn(&mut w), &a, 6, 2, "b")?;
         w.commit()?;
         assert!(!claimed, "no session, no claim");
         let rows: i64 = db

@@ -7,16 +7,16 @@ use super::*;
 use crate::event::kind;
 use crate::journal::sqlite::pool::open_connection;
 use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
-use crate::journal::sqlite::{
-    admit, append_message, claim_state, get_input, messages, pending_inputs, promote_steer,
-};
+use crate::journal::sqlite::{append_message, claim_state, get_input, pending_inputs};
+
+use crate::journal::sqlite::test_support::{admit, messages, promote_steer};
 use crate::records::Delivery;
 use crate::records::MessagesQuery;
 
 #[test]
 fn seqs_start_at_zero_and_are_independent_per_session() -> Result<(), StoreError> {
-    let db = test_db()?;
-    let conn = &db.conn;
+    let mut db = test_db()?;
+    let conn = &mut db.conn;
     let (a, b) = (sid("a"), sid("b"));
     assert_eq!(latest_seq(conn, &a)?, None);
     let mut seqs = Vec::new();
@@ -104,8 +104,8 @@ fn failing_projection_rolls_back_its_event() -> Result<(), StoreError> {
 
 #[test]
 fn execution_events_claim_and_release() -> Result<(), StoreError> {
-    let db = test_db()?;
-    let conn = &db.conn;
+    let mut db = test_db()?;
+    let conn = &mut db.conn;
     let s = sid("s");
     create(conn, "s", None, 1)?;
     let started = json!({ "boot": "boot-1" });
@@ -214,7 +214,7 @@ fn latest_interrupt_seq_uses_the_partial_index() -> Result<(), StoreError> {
 
 #[test]
 fn unknown_kinds_have_no_projection() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     create(&db.conn, "s", None, 1)?;
     for k in [
         kind::INTERRUPT_REQUESTED,
@@ -225,14 +225,14 @@ fn unknown_kinds_have_no_projection() -> Result<(), StoreError> {
         publish(&db.conn, &sid("s"), k, &json!({ "messageID": "m" }), 2)?;
     }
     assert_eq!(get_input(&db.conn, &mid("m"))?, None);
-    assert!(messages(&db.conn, &MessagesQuery::new(sid("s")))?.is_empty());
+    assert!(messages(&mut db.conn, &MessagesQuery::new(sid("s")))?.is_empty());
     Ok(())
 }
 
 #[test]
 fn replaying_prompt_projections_rebuilds_inbox_and_transcript() -> Result<(), StoreError> {
-    let db = test_db()?;
-    let conn = &db.conn;
+    let mut db = test_db()?;
+    let conn = &mut db.conn;
     let s = sid("s");
     create(conn, "s", None, 1)?;
     admit(conn, &s, &mid("p1"), &json!("one"), Delivery::Steer, 2)?;

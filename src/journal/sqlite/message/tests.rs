@@ -4,8 +4,12 @@ use serde_json::json;
 
 use super::*;
 use crate::event::kind;
+use crate::journal::sqlite::latest_seq;
+use crate::journal::sqlite::test_support::{context, messages, messages_after, messages_tail};
 use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
-use crate::journal::sqlite::{admit, latest_seq};
+use crate::records::{Direction, MessagesQuery};
+
+use crate::journal::sqlite::test_support::admit;
 use crate::records::{Cursor, Delivery};
 
 fn ids(page: &[Message]) -> Vec<&str> {
@@ -74,7 +78,7 @@ fn append_message_rejects_reused_and_prompt_ids() -> Result<(), StoreError> {
     create(&db.conn, "t", None, 1)?;
     append_message(&db.conn, &sid("s"), &mid("m"), "assistant", &json!(1), 2)?;
     admit(
-        &db.conn,
+        &mut db.conn,
         &sid("s"),
         &mid("p"),
         &json!("p"),
@@ -116,11 +120,11 @@ fn message_exists_in_any_session() -> Result<(), StoreError> {
 
 #[test]
 fn messages_order_and_limit() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     seed(&db.conn)?;
-    let desc = messages(&db.conn, &MessagesQuery::new(sid("s")))?;
+    let desc = messages(&mut db.conn, &MessagesQuery::new(sid("s")))?;
     assert_eq!(ids(&desc), ["m4", "m3", "m2", "m1", "m0"]);
-    let asc = messages(&db.conn, &query(Order::Asc, Some(2), None))?;
+    let asc = messages(&mut db.conn, &query(Order::Asc, Some(2), None))?;
     assert_eq!(ids(&asc), ["m0", "m1"]);
     assert_eq!(asc[1].data, json!({ "i": 1 }));
     Ok(())
@@ -128,10 +132,13 @@ fn messages_order_and_limit() -> Result<(), StoreError> {
 
 #[test]
 fn messages_cursor_pages_both_directions_in_both_orders() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     seed(&db.conn)?;
-    let page = |order, direction| -> Result<Vec<String>, StoreError> {
-        let page = messages(&db.conn, &query(order, Some(2), Some(("m2", direction))))?;
+    let mut page = |order, direction| -> Result<Vec<String>, StoreError> {
+        let page = messages(
+            &mut db.conn,
+            &query(order, Some(2), Some(("m2", direction))),
+        )?;
         Ok(ids(&page).into_iter().map(String::from).collect())
     };
     assert_eq!(page(Order::Asc, Direction::Next)?, ["m3", "m4"]);
@@ -143,12 +150,12 @@ fn messages_cursor_pages_both_directions_in_both_orders() -> Result<(), StoreErr
 
 #[test]
 fn messages_with_an_unknown_cursor_are_empty() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     seed(&db.conn)?;
     for cursor in ["nope", "t0"] {
         for direction in [Direction::Next, Direction::Previous] {
             let page = messages(
-                &db.conn,
+                &mut db.conn,
                 &query(Order::Desc, None, Some((cursor, direction))),
             )?;
             assert!(page.is_empty(), "cursor {cursor}: {page:?}");
@@ -159,40 +166,40 @@ fn messages_with_an_unknown_cursor_are_empty() -> Result<(), StoreError> {
 
 #[test]
 fn context_is_the_whole_transcript_in_seq_order() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     seed(&db.conn)?;
     assert_eq!(
-        ids(&context(&db.conn, &sid("s"))?),
+        ids(&context(&mut db.conn, &sid("s"))?),
         ["m0", "m1", "m2", "m3", "m4"]
     );
-    assert_eq!(ids(&context(&db.conn, &sid("t"))?), ["t0"]);
-    assert!(context(&db.conn, &sid("ghost"))?.is_empty());
+    assert_eq!(ids(&context(&mut db.conn, &sid("t"))?), ["t0"]);
+    assert!(context(&mut db.conn, &sid("ghost"))?.is_empty());
     Ok(())
 }
 
 #[test]
 fn messages_after_and_tail_read_only_their_window() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     seed(&db.conn)?;
-    let seqs: Vec<u64> = context(&db.conn, &sid("s"))?
+    let seqs: Vec<u64> = context(&mut db.conn, &sid("s"))?
         .iter()
         .map(|m| m.seq)
         .collect();
-    let after = |cursor| -> Result<Vec<String>, StoreError> {
-        let page = messages_after(&db.conn, &sid("s"), cursor)?;
+    let mut after = |cursor| -> Result<Vec<String>, StoreError> {
+        let page = messages_after(&mut db.conn, &sid("s"), cursor)?;
         Ok(ids(&page).into_iter().map(String::from).collect())
     };
     assert_eq!(after(None)?, ["m0", "m1", "m2", "m3", "m4"]);
     assert_eq!(after(Some(seqs[2]))?, ["m3", "m4"]);
     assert!(after(Some(seqs[4]))?.is_empty());
-    let tail = |n| -> Result<Vec<String>, StoreError> {
-        let page = messages_tail(&db.conn, &sid("s"), n)?;
+    let mut tail = |n| -> Result<Vec<String>, StoreError> {
+        let page = messages_tail(&mut db.conn, &sid("s"), n)?;
         Ok(ids(&page).into_iter().map(String::from).collect())
     };
     assert_eq!(tail(2)?, ["m3", "m4"]);
     assert_eq!(tail(9)?.len(), 5);
     assert!(tail(0)?.is_empty());
-    assert_eq!(ids(&messages_tail(&db.conn, &sid("t"), 3)?), ["t0"]);
+    assert_eq!(ids(&messages_tail(&mut db.conn, &sid("t"), 3)?), ["t0"]);
     Ok(())
 }
 
@@ -224,7 +231,7 @@ fn messages_after_and_tail_search_the_session_seq_index() -> Result<(), StoreErr
 
 #[test]
 fn a_corrupt_stored_payload_is_a_json_error() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     seed(&db.conn)?;
     db.conn.execute(
         "UPDATE session_message SET data = 'not json' WHERE id = 'm1'",
@@ -232,7 +239,7 @@ fn a_corrupt_stored_payload_is_a_json_error() -> Result<(), StoreError> {
     )?;
     let result = get_message(&db.conn, &sid("s"), &mid("m1"));
     assert!(matches!(result, Err(StoreError::Json(_))), "{result:?}");
-    let result = context(&db.conn, &sid("s"));
+    let result = context(&mut db.conn, &sid("s"));
     assert!(matches!(result, Err(StoreError::Json(_))), "{result:?}");
     Ok(())
 }
