@@ -90,7 +90,8 @@ pub(crate) trait Store {
     fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError>;
     /// Admits a prompt: `session.prompt.admitted` and its inbox row (the event is `None` when
     /// the id was admitted already). An id already in a transcript is a conflict, and nothing
-    /// is written.
+    /// is written. (The journal's admission checks first, then calls [`admit_new`].)
+    #[cfg(test)]
     fn admit(
         &mut self,
         session: &SessionId,
