@@ -19,6 +19,7 @@
 //! - `retention`: deleting sessions, and compacting idle sessions' event logs.
 
 mod backend;
+mod columns;
 pub(crate) mod inspect;
 mod loads;
 mod nodes;

@@ -38,8 +38,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::columns::{json_text, json_value, message_id, seq_param, session_id};
 use crate::error::StoreError;
-use crate::id::{MessageId, SessionId};
 use crate::journal::backend::{Readers, WriterConnection};
 
 /// The SQL condition "no live node other than `$me` owns session `s`": it has no owner, or
@@ -312,31 +312,6 @@ pub(crate) fn drop_off_runtime<T: Send + 'static>(value: T) {
     if let Err(e) = spawned {
         log::warn!("postgres: cannot start a thread to close a connection: {e}");
     }
-}
-
-/// Encodes a JSON payload for a TEXT column (exactly `serde_json::to_string`).
-fn json_text(value: &serde_json::Value) -> Result<String, StoreError> {
-    Ok(serde_json::to_string(value)?)
-}
-
-/// Decodes a TEXT column holding JSON; a malformed payload is [`StoreError::Json`].
-fn json_value(text: &str) -> Result<serde_json::Value, StoreError> {
-    Ok(serde_json::from_str(text)?)
-}
-
-/// Decodes a stored session id.
-fn session_id(s: String) -> Result<SessionId, StoreError> {
-    SessionId::new(s).map_err(|e| StoreError::Inconsistent(format!("stored session id: {e}")))
-}
-
-/// Decodes a stored message id.
-fn message_id(s: String) -> Result<MessageId, StoreError> {
-    MessageId::new(s).map_err(|e| StoreError::Inconsistent(format!("stored message id: {e}")))
-}
-
-/// A seq as a BIGINT, saturating (seqs never come near `i64::MAX`).
-fn seq_param(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
 /// A stored seq (never negative).

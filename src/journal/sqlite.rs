@@ -10,8 +10,8 @@
 //!
 //! This module does not depend on actix.
 
+use super::columns::{json_text, json_value, message_id, seq_param, session_id};
 use crate::error::StoreError;
-use crate::id::{MessageId, SessionId};
 
 pub(crate) mod backend;
 mod claim;
@@ -55,26 +55,6 @@ pub(crate) use retention::{compact, compactable, delete_session, log_start, sess
 #[allow(unused_imports)]
 pub(crate) use session::{create_session, get_session, list_sessions, session_exists};
 
-/// Encodes a JSON payload for a TEXT column.
-fn json_text(value: &serde_json::Value) -> Result<String, StoreError> {
-    Ok(serde_json::to_string(value)?)
-}
-
-/// Decodes a TEXT column holding JSON; a malformed payload is [`StoreError::Json`].
-fn json_value(text: &str) -> Result<serde_json::Value, StoreError> {
-    Ok(serde_json::from_str(text)?)
-}
-
-/// Decodes a stored session id.
-fn session_id(s: String) -> Result<SessionId, StoreError> {
-    SessionId::new(s).map_err(|e| StoreError::Inconsistent(format!("stored session id: {e}")))
-}
-
-/// Decodes a stored message id.
-fn message_id(s: String) -> Result<MessageId, StoreError> {
-    MessageId::new(s).map_err(|e| StoreError::Inconsistent(format!("stored message id: {e}")))
-}
-
 /// A `LIMIT` parameter: SQLite treats a negative limit as "no limit".
 fn limit_param(limit: Option<usize>) -> i64 {
     limit.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))
@@ -94,11 +74,6 @@ fn get_opt_seq(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<u
         rusqlite::types::ValueRef::Null => Ok(None),
         _ => get_seq(row, idx).map(Some),
     }
-}
-
-/// A seq as an SQL integer, saturating (seqs never come near `i64::MAX`).
-fn seq_param(seq: u64) -> i64 {
-    i64::try_from(seq).unwrap_or(i64::MAX)
 }
 
 /// Maps a constraint violation to [`StoreError::Conflict`] described by `what`; other errors
