@@ -125,9 +125,15 @@
 //!   (`journal::backend`: `Store`, the statements; `WriterConnection`, the writer's
 //!   transaction control; `Readers`, the read pool — no signature mentions a driver type).
 //!   `journal::sqlite` implements the seam over rusqlite (schema migrations, the pool and its
-//!   PRAGMAs, every query and projection write) and is imported by the journal alone;
-//!   `journal::persistence` is the writer thread that group-commits the requests of many
-//!   sessions, a savepoint each, answers after COMMIT and then broadcasts the committed events.
+//!   PRAGMAs, every query and projection write); `journal::postgres` (feature `postgres`)
+//!   implements it over PostgreSQL for several runtime processes sharing one database
+//!   (ownership with fencing epochs, leases, `NOTIFY` routing). The journal alone imports
+//!   them. `journal::persistence` is the writer thread that group-commits the requests of many
+//!   sessions: a batch runs without savepoints, and again with one per request only when a
+//!   request failed. It answers after COMMIT and then broadcasts the committed events.
+//! - `cluster` (internal): with PostgreSQL, this node's part in sharing the database: it
+//!   carries out what other nodes signal (a wake or interrupt for a session this node owns,
+//!   their events for local streams, a lost lease) and takes over dead nodes' turns.
 //! - `recovery` (internal): the restart sweep. It resumes every turn an earlier process left
 //!   claimed and every session owed a turn (an acknowledged prompt whose turn never started),
 //!   counting each attempt durably; aborts turns over budget; records the user interrupts a
@@ -178,7 +184,7 @@
 //!   runner publishes live only.
 //! - `id`: the validated identifiers [`SessionId`] and [`MessageId`].
 //! - `error`: [`Error`], the umbrella error of the public API, and [`StoreError`] for the
-//!   SQLite layer.
+//!   store (SQLite or PostgreSQL).
 //! - `config`: [`RuntimeConfig`], every knob with its documented default, and [`Synchronous`].
 //! - `testing`: a [`testing::ScriptedRunner`] and helpers that read (or seed) claims and events
 //!   straight from a database file, for your own integration tests.

@@ -4,9 +4,9 @@
 //! Why: glibc malloc (the default allocator of a Rust program on Linux) keeps up to 7 freed
 //! chunks of each small size (up to about 1 KiB) in a cache of the thread that freed them
 //! (tcache). After a wave those are the last passivated actors' chunks, scattered through the
-//! tens of MiB an arbiter's heap grew to, and each keeps its page resident: on the two arbiters
-//! and the writer, about 1 MiB that `malloc_trim` cannot reach (it trims the heaps, not the
-//! threads' caches; only the thread's own allocations or its exit empty them). So each of
+//! tens of MiB an arbiter's heap grew to, and each keeps its page resident, out of
+//! `malloc_trim`'s reach (it trims the heaps, not the threads' caches; only the thread's own
+//! allocations or its exit empty them; the `memory` figures are in docs/bench-notes/). So each of
 //! those threads allocates 7 blocks of every cached size ([`take`], which empties its cache),
 //! and a short-lived thread drops them all and ends ([`give_back`]): its own cache goes back to
 //! the heaps as it ends, so every chunk is then an ordinary free chunk, coalesced with its

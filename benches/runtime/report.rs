@@ -86,12 +86,17 @@ impl Row {
     /// median when the counts differ.
     pub fn ratio(&self) -> Option<f64> {
         let (_, base) = self.baseline.as_ref()?;
-        if base.len() == self.samples.len() {
-            let ratios: Vec<f64> = self.samples.iter().zip(base).map(|(s, b)| s / b).collect();
-            Some(median(&ratios))
-        } else {
-            Some(self.median() / median(base))
+        Some(ratio(&self.samples, base))
+    }
+
+    /// This row against a floor measured beside it in the same repeats (as [`Row::ratio`]),
+    /// for a target relative to that floor. Infinite when a floor sample is not positive: a
+    /// ratio to it says nothing, so such a target is not met.
+    pub fn ratio_to_floor(&self, floor: &Row) -> f64 {
+        if floor.samples.is_empty() || floor.samples.iter().any(|f| *f <= 0.0) {
+            return f64::INFINITY;
         }
+        ratio(&self.samples, &floor.samples)
     }
 
     fn to_json(&self) -> Value {
@@ -111,6 +116,17 @@ impl Row {
             "met": self.target.as_ref().map(|(_, met)| met),
             "note": self.note,
         })
+    }
+}
+
+/// The median over repeats of (sample ÷ the base sample of the same repeat); median over
+/// median when the counts differ.
+fn ratio(samples: &[f64], base: &[f64]) -> f64 {
+    if base.len() == samples.len() {
+        let ratios: Vec<f64> = samples.iter().zip(base).map(|(s, b)| s / b).collect();
+        median(&ratios)
+    } else {
+        median(samples) / median(base)
     }
 }
 

@@ -4,7 +4,7 @@
 //!
 //! It mirrors the SQLite store statement for statement (same rows, same results, same errors:
 //! constraint violations are [`StoreError::Conflict`], undecodable payloads
-//! [`StoreError::Json`]) and adds what several nodes need (see `SCALE-OUT.md`):
+//! [`StoreError::Json`]) and adds what several nodes need (ARCHITECTURE.md, "Several nodes"):
 //!
 //! - a `node` row per running node, whose lease (`lease_until`, compared with the database's
 //!   `now()` only) the node renews every `lease / 3` ([`node`]);
@@ -32,8 +32,7 @@
 //! [`Node::leave`] run their work on a thread of their own, and connections dropped on such a
 //! thread are closed on a thread of their own ([`drop_off_runtime`]).
 
-// Until `Journal::open` selects this backend by URL (the runtime's side, wired separately),
-// only the tests use it.
+// `Journal::open` selects this backend for a `postgres://` or `postgresql://` database.
 
 use std::sync::Arc;
 use std::time::Duration;

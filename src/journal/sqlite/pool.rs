@@ -50,8 +50,8 @@ pub(crate) const DEFAULT_JOURNAL_SIZE_LIMIT: u64 = 64 * 1024 * 1024;
 ///
 /// SQLite copies the write-ahead log into the database inside the COMMIT that takes the log
 /// past this many pages. Under `FULL`, a larger log does not pay: each commit syncs the log, and
-/// a commit that extends the file past its usual size also syncs the file's size (`latency`,
-/// 4,096 pages: whole turn p50 about 2 commits + 230 µs instead of + 20 to 60 µs).
+/// a commit that extends the file past its usual size also syncs the file's size, which slows
+/// every turn (the `latency` figures are in docs/bench-notes/cost-that-stays-flat.md).
 const AUTOCHECKPOINT_FULL: i64 = 1000;
 
 /// `PRAGMA wal_autocheckpoint` (in pages) under `synchronous = NORMAL`: four times SQLite's
@@ -59,13 +59,12 @@ const AUTOCHECKPOINT_FULL: i64 = 1000;
 ///
 /// Under `NORMAL` a commit does not sync, so the checkpoint inside a commit (two syncs and the
 /// copy) is the only sync a write waits for: with 1,000 pages about one turn in a hundred
-/// paid for it, which set the whole turn's p99 (3.5 to 4.4 ms against about 0.15 ms at p50).
-/// With 4,096, one turn in about 500 pays for a checkpoint about four times as long (the sync
-/// of four times as much log: 15 to 20 ms instead of 5 ms on the machine measured); a turn's
-/// mean is unchanged (a page written again before the checkpoint is copied once), and the log
-/// (up to 16 MiB) is still truncated when the writer goes idle and at stop. Checkpointing on a
-/// thread of its own, or syncing the log ahead of the checkpoint from one, was measured and
-/// not kept: their syncs slowed the concurrent commits (see BENCHMARKS.md).
+/// paid for it, which set the whole turn's p99. With 4,096, one turn in about 500 pays for a
+/// checkpoint about four times as long (the sync of four times as much log); a turn's mean is
+/// unchanged (a page written again before the checkpoint is copied once), and the log (up to
+/// 16 MiB) is still truncated when the writer goes idle and at stop. Checkpointing on a thread
+/// of its own, or syncing the log ahead of the checkpoint from one, was measured and not kept:
+/// their syncs slowed the concurrent commits (docs/bench-notes/cost-that-stays-flat.md).
 const AUTOCHECKPOINT_NORMAL: i64 = 4096;
 
 /// The `wal_autocheckpoint` for `synchronous`.

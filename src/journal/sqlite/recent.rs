@@ -95,18 +95,16 @@ pub(crate) use time_of_latest;
 /// got, so settling less often moves more events per leaf; in exchange a commit touches more
 /// leaves of `event_recent` the more entries it holds, and a settle pauses the writer longer.
 /// With the log's entries keyed by a dozen-byte number (schema v9), `growth`'s steady turns
-/// (2 rounds each, 2026-12-02) ran at 25,373 / 29,119 (1,000 sessions) and 18,057 / 15,508/s
-/// (1,000,000) settling every 8,192 events, 28,339 / 30,549 and 19,962 / 18,175 at 16,384, and
-/// 29,087 / 29,153 and 20,322 / 20,882 at 32,768. With the active sessions scattered among
-/// 1,000,000, a settle of 32,768 events takes about 0.3 s under `FULL` (9 µs an event; 8,192
-/// take 0.13 s, 16 µs an event): the pause a busy writer takes about once a second.
+/// ran fastest at this interval of the three measured (8,192, 16,384, 32,768), and a settle
+/// costs less per event the more it moves; the price is a longer pause of a busy writer, about
+/// once a second (docs/bench-notes/cost-that-stays-flat.md, "Schema v9").
 pub(crate) const SETTLE_EVERY: i64 = 32_768;
 
 /// How many events may be appended after a settle while the writer defers its housekeeping
 /// ([`Maintenance::Deferred`]: the restart sweep) before it settles anyway. A sweep's orphans
 /// get about two events each, so a settle in its midst writes a leaf of history for every two
-/// events, and runs again after it for the turns' terminals: 10,000 orphans started their
-/// drains about 10 % sooner with no settle before the end (`sweep`, 3 pairs, 2026-12-02). The
+/// events, and runs again after it for the turns' terminals, so the sweep's drains start
+/// sooner with no settle before the end (`sweep`, docs/bench-notes/cost-that-stays-flat.md). The
 /// bound keeps a sweep of very many orphans from growing `event_recent` past what a commit can
 /// share.
 pub(crate) const SETTLE_DEFERRED: i64 = 2 * SETTLE_EVERY;

@@ -147,8 +147,7 @@ ALTER TABLE session ADD COLUMN log_start INTEGER NOT NULL DEFAULT 0;
 ///   commit that creates sessions adds a small segment to the index; `automerge` 0 leaves
 ///   merging them to FTS5's "crisis merges" (the 16 segments of a level at once) instead of
 ///   incremental merge work in every 64th write, which made the writer pause up to hundreds
-///   of milliseconds (a session created one at a time on an index of 300,000 titles: mean
-///   508 µs, p99.9 72 ms, max 231 ms with the default of 4; 256 µs, 8.4 ms and 31 ms with 0).
+///   of milliseconds (docs/bench-notes/cost-that-stays-flat.md, "schema version 5").
 ///   The titles stored before this version are indexed by the migration (`rebuild`, then
 ///   `optimize` into one segment; about 12 s for 1,000,000 sessions). Rowids of `session` are
 ///   kept by `VACUUM` (the table has indexes, so it is copied row by row with its rowids);
@@ -201,11 +200,9 @@ END;
 ///   dropped from `session` (each `DROP COLUMN` rewrites the table once; rowids, and so the
 ///   title index, are kept).
 ///
-/// With both, the same commit writes about 690 pages at 1,000,000 sessions, no more than at
-/// 1,000 (about 800, nearly all of them the event index either way), and steady turns/s at
-/// 1,000,000 went from about 3,100 to 8,500 (`growth`, medians of 5 and 4 alternating runs,
-/// 2026-12-01; at 1,000 sessions about 8,600 and 10,200, within the runs' noise). The
-/// migration of a 1,000,000-session store took about 4 s, most of it the four rewrites.
+/// With both, a commit writes no more pages at 1,000,000 sessions than at 1,000 (nearly all of
+/// them the event index either way); the figures are in docs/bench-notes/cost-that-stays-flat.md,
+/// "Schema version 6". The migration's time is mostly the four rewrites of `session`.
 const V6: &str = r"
 CREATE TABLE session_claim (
     session_id      TEXT PRIMARY KEY REFERENCES session(id) ON DELETE CASCADE,
@@ -279,13 +276,13 @@ DROP INDEX session_claim_time;
 /// `event_log` and `event_recent` were keyed by `(aggregate_id, seq)`: a 36-character session
 /// id in every entry, about 85 entries to a leaf. Settling the recent entries writes a leaf of
 /// `event_log` per active session, and one leaf in five also split, its neighbours rewritten
-/// too: about 2,900 pages of log for 8,192 events across 1,000 sessions (Python's sqlite3 on a
-/// copy of `growth`'s steady store, 2026-12-02). Each log now has a number (`event_stream.k`,
-/// given on its first event) and the indexes are keyed by `(stream, seq)`: entries of about a
-/// dozen bytes, so the same settle writes about 1,000 pages in half the time, and the recent
-/// entries a commit touches share a few leaves. `aggregate_id` stays in the row (it is what the
-/// log is read by; `event_stream` turns it into the key). The table is rebuilt so that `stream`
-/// can be `NOT NULL` (a row without one would escape both unique indexes); rowids are kept.
+/// too (docs/bench-notes/cost-that-stays-flat.md, "Schema v9"). Each log now has a number
+/// (`event_stream.k`, given on its first event) and the indexes are keyed by `(stream, seq)`:
+/// entries of about a dozen bytes, so the same settle writes about a third of the pages, and
+/// the recent entries a commit touches share a few leaves. `aggregate_id` stays in the row (it
+/// is what the log is read by; `event_stream` turns it into the key). The table is rebuilt so
+/// that `stream` can be `NOT NULL` (a row without one would escape both unique indexes); rowids
+/// are kept.
 const V9: &str = r"
 CREATE TABLE event_stream (
     k            INTEGER PRIMARY KEY,

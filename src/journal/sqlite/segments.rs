@@ -8,7 +8,8 @@
 //! that comes back after thousands of others got numbers (an idle session of a large store)
 //! would append at the end of its old range, among the entries of sessions idle for as long,
 //! and each settle of the recent entries into the history would rewrite leaves scattered over
-//! the whole file, one or two per such session (`growth` at 1,000,000 sessions, BENCHMARKS.md).
+//! the whole file, one or two per such session (`growth` at 1,000,000 sessions,
+//! docs/bench-notes/cost-that-stays-flat.md).
 //! So when the writer meets a session whose newest segment is more than [`SEGMENT_SPAN`]
 //! numbers behind the newest number given, it opens a new segment for it, at the end of the
 //! numbers, next to the other sessions being written now.

@@ -4,10 +4,10 @@
 //! look the number up by session id each time.
 //!
 //! At 1,000,000 sessions that lookup descends a B-tree of a million text keys, and so does
-//! `check_fence`'s probe of the session row; the two were about a quarter of what the writer
-//! spends more per turn there than at 1,000 sessions (`growth`, BENCHMARKS.md). A session
-//! with a log number is a stored session: its number is given with its first event, in the
-//! transaction that creates it, and deleted with its row.
+//! `check_fence`'s probe of the session row: a good part of what the writer spends more per
+//! turn there than at 1,000 sessions (`growth`, docs/bench-notes/cost-that-stays-flat.md). A
+//! session with a log number is a stored session: its number is given with its first event, in
+//! the transaction that creates it, and deleted with its row.
 //!
 //! The memory belongs to one writer connection and is kept on the writer's thread (the
 //! `Store` implementation is the `rusqlite::Connection` itself, which carries no state of

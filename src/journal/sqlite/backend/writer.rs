@@ -16,8 +16,8 @@ const ROLLBACK_TO: &str = "ROLLBACK TO request";
 /// The writer connection's page cache, in KiB (SQLite's default is 2 MiB). A settle of the
 /// event log ([`crate::journal::sqlite::recent`]) writes a leaf of the history per active session: with 1,000
 /// busy sessions, about 1,000 pages that a 2 MiB cache has dropped again by the next settle
-/// and reads back (`growth`, steady turns/s at 1,000 sessions: about 10 to 20 % more with
-/// 8 MiB). The cache fills only as far as the writer uses it, and is given back when the
+/// and reads back (`growth`'s steady turns, docs/bench-notes/cost-that-stays-flat.md). The
+/// cache fills only as far as the writer uses it, and is given back when the
 /// runtime releases memory after passivation (`PRAGMA shrink_memory`).
 const WRITER_CACHE_KIB: i64 = 8 * 1024;
 
@@ -146,9 +146,9 @@ impl WriterConnection for SqliteWriter {
     }
 
     /// Yes: a savepoint makes SQLite copy every page a request first touches into the
-    /// sub-journal, and costs two statements (`SAVEPOINT`, `RELEASE`): about 1.7 µs a request
-    /// on top of some 6 µs of SQL for a claim (measured in BENCHMARKS.md). A failing request
-    /// (rare: a deleted session, a duplicate id) makes its batch run twice.
+    /// sub-journal, and costs two statements (`SAVEPOINT`, `RELEASE`) per request
+    /// (docs/bench-notes/cost-that-stays-flat.md). A failing request (rare: a deleted session,
+    /// a duplicate id) makes its batch run twice.
     fn optimistic_batches(&self) -> bool {
         true
     }
