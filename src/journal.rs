@@ -1,22 +1,20 @@
 //! The [`Journal`]: every durable operation of the runtime, named for what it means to a
 //! session — create it, admit a prompt, request an interrupt, claim and settle a turn, promote,
-//! append, recover — and every read of the store.
+//! append, recover — and every read of the store. The layers above see domain types only: no
+//! method mentions a connection, a transaction or a closure over one.
 //!
-//! It is the only importer of `store` (plain SQL over rusqlite) and of `persistence` (the writer
-//! thread that group-commits requests from many sessions, a savepoint per request, replies after
-//! COMMIT, then broadcasts the committed events). The layers above see domain types only: no
-//! method mentions a connection, a transaction or a closure over one. That is the seam a second
-//! backend plugs into: another journal with the same methods (for example over PostgreSQL)
-//! serves the same layers unchanged.
+//! Each write is one request of the writer thread (`persistence`), which group-commits the
+//! requests of many sessions in one transaction and answers after COMMIT; a request's checks
+//! and writes run in that transaction, so the single writer serializes a check-and-write
+//! against every other write. Reads run on the readers' pool.
 //!
-//! Each write is one request: its checks and its writes run in one transaction (inside the
-//! request's savepoint), so the single writer serializes a check-and-write against every other
-//! write. The methods are split by concept:
-//! - `sessions`: creating sessions and the session rows;
-//! - `prompts`: admitting prompts, interrupt requests, model switches, reprojection;
-//! - `turns`: what a turn writes and reads (claim, promotions, messages, events, settle);
-//! - `recovery`: the restart sweep's plan and writes;
-//! - `retention`: deleting sessions, and compacting idle sessions' event logs.
+//! The layers, top-down:
+//! - the domain operations: `sessions`, `prompts`, `turns`, `loads`, `recovery`, `retention`;
+//! - the rules (`rules`): each decision of the domain (settle, the claim merge, served inputs,
+//!   the interrupt fence, admission, promotion, keyset paging) as a pure function;
+//! - the seam: `backend` (the statements a backend runs, `Store`, and the writer's and
+//!   readers' traits), `projection` (stored events onto rows), `turn_write`, `columns`;
+//! - the engines, which implement the seam: `sqlite`, and `postgres` (feature `postgres`).
 
 mod backend;
 mod columns;

@@ -1,5 +1,6 @@
 //! The writer thread of the Persistence actor: takes everything queued, commits it as one
-//! transaction (a savepoint per request), replies after COMMIT and broadcasts what committed.
+//! transaction (without savepoints first; again with one per request only when a request
+//! failed), replies after COMMIT and broadcasts what committed.
 //!
 //! After each batch is answered it lets the engine do its housekeeping
 //! (`WriterConnection::maintain`). Once it has written and then had nothing to do for a second

@@ -1,4 +1,5 @@
-//! The writer thread's connection: BEGIN, a savepoint per request, COMMIT, and the one
+//! The writer thread's connection: BEGIN, the savepoints of a batch run again request by
+//! request, COMMIT, and the one
 //! `ds_events` notification of a batch that appended events.
 //!
 //! PostgreSQL aborts a transaction at its first failed statement: inside a savepoint, `ROLLBACK
