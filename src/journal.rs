@@ -8,13 +8,14 @@
 //! and writes run in that transaction, so the single writer serializes a check-and-write
 //! against every other write. Reads run on the readers' pool.
 //!
-//! The layers, top-down:
+//! The layers, top-down (each imports only those below it):
 //! - the domain operations: `sessions`, `prompts`, `turns`, `loads`, `recovery`, `retention`;
-//! - the rules (`rules`): each decision of the domain (settle, the claim merge, served inputs,
-//!   the interrupt fence, admission, promotion, keyset paging) as a pure function;
 //! - the seam: `backend` (the statements a backend runs, `Store`, and the writer's and
-//!   readers' traits), `projection` (stored events onto rows), `turn_write`, `columns`;
-//! - the engines, which implement the seam: `sqlite`, and `postgres` (feature `postgres`).
+//!   readers' traits), `projection` (stored events onto rows), `turn_write`;
+//! - the engines, which implement the seam: `sqlite`, and `postgres` (feature `postgres`);
+//! - the rules (`rules`): each decision of the domain (settle, the claim merge, served inputs,
+//!   the interrupt fence, admission, promotion, keyset paging) as a pure function, and how
+//!   values are stored (`columns`).
 
 mod backend;
 mod columns;
