@@ -271,6 +271,22 @@ pub enum Error {
         /// The session.
         session_id: SessionId,
     },
+    /// An unsequenced wake ([`crate::Execution::wake`] with `seq: None`) of a session with a
+    /// durable interrupt request ([`crate::Sessions::interrupt`]): the wake names no admission,
+    /// so it cannot be told apart from a wake the interrupt covers, and it was refused — no
+    /// turn was started. This holds for as long as the session has that request (it is
+    /// stored). To serve work admitted after it, wake with that work's admission seq (greater
+    /// than `interrupt_seq`); to make an attempt regardless, `resume` the session.
+    #[error(
+        "session {session_id}: an unsequenced wake is refused after the interrupt request at seq \
+         {interrupt_seq}; wake with the admission seq of newer work, or resume the session"
+    )]
+    WakeAfterInterrupt {
+        /// The session.
+        session_id: SessionId,
+        /// The seq of the session's latest `session.interrupt.requested` (its interrupt fence).
+        interrupt_seq: u64,
+    },
     /// A configuration value was out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
