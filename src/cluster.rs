@@ -97,7 +97,15 @@ impl Node {
         let delivered = match nudge {
             Nudge::Wake(seq) => {
                 self.registry
-                    .deliver(&self.env, &session, || (Wake { seq: Some(seq) }, ()))
+                    .deliver(&self.env, &session, || {
+                        (
+                            Wake {
+                                seq: Some(seq),
+                                refused: None,
+                            },
+                            (),
+                        )
+                    })
                     .await
             }
             Nudge::Interrupt(seq) => {

@@ -5,6 +5,10 @@ use std::path::PathBuf;
 
 use crate::id::{InvalidId, MessageId, SessionId};
 
+mod database;
+
+pub use database::DatabaseError;
+
 /// A `Result` whose error defaults to the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -12,16 +16,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// SQLite reported an error (includes disk full, read-only, locked and corrupt files).
-    #[error("sqlite: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// PostgreSQL reported an error (feature `postgres`).
-    #[cfg(feature = "postgres")]
-    #[error("postgres: {}", describe_postgres(.0))]
-    Postgres(#[from] postgres::Error),
-    /// No pooled connection could be had.
-    #[error("connection pool: {0}")]
-    Pool(#[from] r2d2::Error),
+    /// The database reported an error: SQLite (disk full, read-only, locked or corrupt files,
+    /// SQL errors), PostgreSQL (feature `postgres`), or no pooled connection could be had. The
+    /// driver's own error is the [`source`](std::error::Error::source); whether the fault clears
+    /// by itself is [`StoreError::unavailable`].
+    #[error(transparent)]
+    Database(DatabaseError),
     /// This node no longer owns the session: another node took it over (its fencing epoch is
     /// newer than `epoch`), so this write was rejected and nothing of it was stored.
     #[error("session {session_id} is owned by another node (this node's epoch {epoch} is stale)")]
@@ -122,11 +122,7 @@ impl std::fmt::Display for Unavailable {
 impl StoreError {
     /// Whether the error is SQLite's "database is locked/busy" (the fault may clear on retry).
     pub fn is_busy(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _))
-                if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-        )
+        matches!(self, StoreError::Database(e) if e.unavailable() == Some(Unavailable::Busy))
     }
 }
 
@@ -136,10 +132,7 @@ impl StoreError {
     /// server, no pooled connection to be had); `None` for errors of the request or the data.
     pub fn unavailable(&self) -> Option<Unavailable> {
         match self {
-            StoreError::Sqlite(e) => sqlite_unavailable(e),
-            #[cfg(feature = "postgres")]
-            StoreError::Postgres(e) => postgres_unavailable(e),
-            StoreError::Pool(_) => Some(Unavailable::Connection),
+            StoreError::Database(e) => e.unavailable(),
             StoreError::Unavailable { kind, .. } => Some(*kind),
             _ => None,
         }
@@ -149,29 +142,42 @@ impl StoreError {
     /// another node's transaction, a serialization failure or a lock wait that timed out
     /// (PostgreSQL). The writer runs such a request again.
     pub fn is_transient(&self) -> bool {
-        #[cfg(feature = "postgres")]
-        if let StoreError::Postgres(e) = self {
-            use postgres::error::SqlState;
-            return e.code().is_some_and(|code| {
-                [
-                    SqlState::T_R_DEADLOCK_DETECTED,
-                    SqlState::T_R_SERIALIZATION_FAILURE,
-                    SqlState::LOCK_NOT_AVAILABLE,
-                    SqlState::QUERY_CANCELED,
-                ]
-                .contains(code)
-            });
+        matches!(self, StoreError::Database(e) if e.is_transient())
+    }
+
+    /// The database's error, if it is one.
+    fn database(&self) -> Option<&DatabaseError> {
+        match self {
+            StoreError::Database(e) => Some(e),
+            _ => None,
         }
-        false
+    }
+
+    /// The PostgreSQL error, if it is one (the backend reads its SQLSTATE).
+    #[cfg(feature = "postgres")]
+    pub(crate) fn as_postgres(&self) -> Option<&postgres::Error> {
+        self.database().and_then(DatabaseError::as_postgres)
+    }
+
+    /// `f` of the PostgreSQL error, if it is one; else this error as it is.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn map_postgres(self, f: impl FnOnce(postgres::Error) -> StoreError) -> StoreError {
+        match self {
+            StoreError::Database(e) => e.into_postgres().map_or_else(StoreError::Database, f),
+            other => other,
+        }
     }
 
     /// A copy of this error for a second caller (rusqlite errors are not `Clone`): SQLite failures
     /// keep their code, anything else keeps its message.
     pub(crate) fn duplicate(&self) -> StoreError {
+        if let Some(copy) = self
+            .database()
+            .and_then(DatabaseError::duplicate_sqlite_failure)
+        {
+            return StoreError::Database(copy);
+        }
         match self {
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(code, message)) => {
-                StoreError::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone()))
-            }
             StoreError::Closed => StoreError::Closed,
             StoreError::Conflict(m) => StoreError::Conflict(m.clone()),
             StoreError::Fenced { session_id, epoch } => StoreError::Fenced {
@@ -186,49 +192,6 @@ impl StoreError {
                 None => StoreError::Inconsistent(other.to_string()),
             },
         }
-    }
-}
-
-/// The store fault behind a SQLite error, if it is one.
-fn sqlite_unavailable(e: &rusqlite::Error) -> Option<Unavailable> {
-    use rusqlite::ErrorCode;
-    let code = e.sqlite_error_code()?;
-    Some(match code {
-        ErrorCode::DiskFull => Unavailable::Full,
-        ErrorCode::ReadOnly => Unavailable::ReadOnly,
-        ErrorCode::SystemIoFailure
-        | ErrorCode::CannotOpen
-        | ErrorCode::FileLockingProtocolFailed
-        | ErrorCode::OutOfMemory => Unavailable::Io,
-        ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Unavailable::Busy,
-        _ => return None,
-    })
-}
-
-/// The store fault behind a PostgreSQL error, if it is one: a lost connection, a server that is
-/// shutting down or starting (SQLSTATE classes 08 and 57P), a full disk (53100) or a read-only
-/// server (25006).
-#[cfg(feature = "postgres")]
-fn postgres_unavailable(e: &postgres::Error) -> Option<Unavailable> {
-    use postgres::error::SqlState;
-    let Some(code) = e.code() else {
-        // No SQLSTATE: the client's own failure (I/O, a closed connection, a timeout).
-        let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
-        return (e.is_closed() || io).then_some(Unavailable::Connection);
-    };
-    if *code == SqlState::DISK_FULL {
-        Some(Unavailable::Full)
-    } else if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
-        Some(Unavailable::ReadOnly)
-    } else if code.code().starts_with("08")
-        || code.code().starts_with("57P")
-        || *code == SqlState::INSUFFICIENT_RESOURCES
-        || *code == SqlState::OUT_OF_MEMORY
-        || *code == SqlState::TOO_MANY_CONNECTIONS
-    {
-        Some(Unavailable::Connection)
-    } else {
-        None
     }
 }
 
@@ -308,6 +271,22 @@ pub enum Error {
         /// The session.
         session_id: SessionId,
     },
+    /// An unsequenced wake ([`crate::Execution::wake`] with `seq: None`) of a session with a
+    /// durable interrupt request ([`crate::Sessions::interrupt`]): the wake names no admission,
+    /// so it cannot be told apart from a wake the interrupt covers, and it was refused — no
+    /// turn was started. This holds for as long as the session has that request (it is
+    /// stored). To serve work admitted after it, wake with that work's admission seq (greater
+    /// than `interrupt_seq`); to make an attempt regardless, `resume` the session.
+    #[error(
+        "session {session_id}: an unsequenced wake is refused after the interrupt request at seq \
+         {interrupt_seq}; wake with the admission seq of newer work, or resume the session"
+    )]
+    WakeAfterInterrupt {
+        /// The session.
+        session_id: SessionId,
+        /// The seq of the session's latest `session.interrupt.requested` (its interrupt fence).
+        interrupt_seq: u64,
+    },
     /// A configuration value was out of range.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -354,16 +333,6 @@ pub enum Error {
     },
 }
 
-/// A PostgreSQL error with the server's message and SQLSTATE (the client's own `Display` of a
-/// server error is only "db error").
-#[cfg(feature = "postgres")]
-fn describe_postgres(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} (SQLSTATE {})", db.message(), db.code().code()),
-        None => e.to_string(),
-    }
-}
-
 /// The " (pid N)" part of [`Error::DatabaseInUse`]'s message, when the pid is known.
 fn held_by(pid: Option<u32>) -> String {
     pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default()
@@ -399,8 +368,27 @@ impl From<StoreError> for Error {
     }
 }
 
-impl From<rusqlite::Error> for Error {
+// The drivers' errors convert into `StoreError::Database` for the backends' `?`. Hidden: the
+// drivers' types are not part of the crate's API (callers read a `StoreError`).
+
+#[doc(hidden)]
+impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        Error::Store(StoreError::Sqlite(e))
+        StoreError::Database(DatabaseError::sqlite(e))
+    }
+}
+
+#[doc(hidden)]
+#[cfg(feature = "postgres")]
+impl From<postgres::Error> for StoreError {
+    fn from(e: postgres::Error) -> Self {
+        StoreError::Database(DatabaseError::postgres(e))
+    }
+}
+
+#[doc(hidden)]
+impl From<r2d2::Error> for StoreError {
+    fn from(e: r2d2::Error) -> Self {
+        StoreError::Database(DatabaseError::pool(e))
     }
 }

@@ -105,6 +105,19 @@ pub struct LiveEvent {
 /// name>, "data": <payload>}`: the payload is exactly what is stored and what clients read in
 /// an [`EventRecord`]'s `data`. The projections (claims, the inbox, the transcript) match on these
 /// variants. Runner-defined events (`Turn::publish`) are not typed: they have no projection.
+///
+/// A client reads an [`EventRecord`] of one of these kinds back as a `SessionEvent` by
+/// deserializing `{"type": record.kind, "data": record.data}`:
+///
+/// ```
+/// use durable_sessions::{kind, SessionEvent};
+///
+/// let data = serde_json::json!({ "reason": "user" });
+/// let tagged = serde_json::json!({ "type": kind::EXECUTION_INTERRUPTED, "data": data });
+/// let event: SessionEvent = serde_json::from_value(tagged).unwrap();
+/// assert_eq!(event.kind(), kind::EXECUTION_INTERRUPTED);
+/// assert_eq!(event.data().unwrap(), data);
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "data")]
 #[non_exhaustive]
@@ -266,7 +279,7 @@ impl SessionEvent {
     ///
     /// # Errors
     /// When the payload does not have the shape of its kind: the log is inconsistent.
-    pub fn projected(kind: &str, data: &Value) -> Option<Result<Self, serde_json::Error>> {
+    pub(crate) fn projected(kind: &str, data: &Value) -> Option<Result<Self, serde_json::Error>> {
         if !PROJECTED.contains(&kind) {
             return None;
         }
@@ -276,7 +289,7 @@ impl SessionEvent {
 
     /// Whether recording this event releases the session's claim: every terminal of a turn
     /// but an interruption by shutdown, which keeps the claim for the next boot.
-    pub fn releases_claim(&self) -> bool {
+    pub(crate) fn releases_claim(&self) -> bool {
         match self {
             SessionEvent::ExecutionSucceeded {} | SessionEvent::ExecutionFailed { .. } => true,
             SessionEvent::ExecutionInterrupted { reason } => *reason != InterruptReason::Shutdown,

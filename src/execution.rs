@@ -14,6 +14,10 @@ use crate::session::{Environment, SessionActor};
 
 /// Starts, wakes, interrupts and awaits the turns of sessions. Cheap to clone.
 ///
+/// The low-level, process-local handle under [`crate::Sessions`]: it acts on this process's
+/// session actors and records nothing but the turns themselves (for a durable interrupt, use
+/// [`crate::Sessions::interrupt`]).
+///
 /// Every method must be called inside the actix `System` the runtime was started in.
 #[derive(Clone)]
 pub struct Execution {
@@ -78,17 +82,49 @@ impl Execution {
 
     /// An advisory wake: starts a drain if idle, or rings the running turn's doorbell. Returns
     /// once the wake is delivered, never waiting for the drain. `seq` is the admission seq of
-    /// the work that caused it; wakes at or below the latest interrupt seq are dropped.
+    /// the work that caused it; wakes at or below the session's interrupt fence (its latest
+    /// interrupt request) are dropped, as their work was interrupted.
+    ///
+    /// An unsequenced wake (`seq: None`) names no admission, so it cannot be ordered against an
+    /// interrupt request: for a session that has one it is refused with
+    /// [`Error::WakeAfterInterrupt`] instead of being dropped. Pass the admission seq of the
+    /// work to serve, or run a forced turn with [`Execution::resume`].
     ///
     /// # Errors
-    /// [`Error::ShuttingDown`] while shutting down.
+    /// [`Error::WakeAfterInterrupt`] for an unsequenced wake of a session with an interrupt
+    /// request; [`Error::ShuttingDown`] while shutting down.
     pub async fn wake(&self, id: &SessionId, seq: Option<u64>) -> Result<()> {
-        self.deliver(id, || (Wake { seq }, ())).await
+        if seq.is_some() {
+            let wake = || (Wake { seq, refused: None }, ());
+            return self.deliver(id, wake).await;
+        }
+        let refused = self
+            .deliver(id, || {
+                let (refused, answer) = oneshot::channel();
+                let wake = Wake {
+                    seq,
+                    refused: Some(refused),
+                };
+                (wake, answer)
+            })
+            .await?;
+        // Dropped unanswered: the wake was taken (or, for an unknown session, ignored).
+        refused.await.map_or(Ok(()), Err)
     }
 
-    /// Interrupts the session's running turn as a user interrupt: cancels the drain, commits
-    /// `interrupted{user}` + release, and only then returns `true`. Returns `false` when nothing
-    /// was running (or the running drain serves work admitted after `seq`).
+    /// Interrupts the session's running turn in this process as a user interrupt: cancels the
+    /// drain, commits `interrupted{user}` + release, and only then returns `true`. Returns
+    /// `false` when nothing was running (or the running drain serves work admitted after `seq`).
+    ///
+    /// This is the low-level, process-local handle; the durable interrupt is
+    /// [`crate::Sessions::interrupt`], which commits `session.interrupt.requested` first and
+    /// passes its seq here. Called directly with `seq: None`, this records **no** interrupt
+    /// request: it sets no interrupt fence (wakes of prompts admitted before it still start
+    /// turns, now or after a restart), does not reach a turn another node runs, and if this
+    /// process dies before the turn's terminal commits, the restart sweep resumes the turn
+    /// instead of recording it as interrupted. A `seq` given here is taken as the seq of a
+    /// committed `session.interrupt.requested`: it raises the actor's in-memory fence (and,
+    /// when another node owns the session, is handed to that node through the store).
     ///
     /// # Errors
     /// [`Error::ShuttingDown`] while shutting down.

@@ -218,7 +218,7 @@ mod thread_caches;
 mod turn;
 
 pub use config::{RetainEvents, RuntimeConfig, Synchronous};
-pub use error::{Error, Result, StoreError, Unavailable};
+pub use error::{DatabaseError, Error, Result, StoreError, Unavailable};
 pub use event::{
     kind, EventRecord, LiveEvent, SessionEvent, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION,
     RESTART_NOTICE_TEXT,

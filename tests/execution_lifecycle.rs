@@ -6,7 +6,7 @@ mod common;
 
 use durable_sessions::testing::{self, Gate, Script, ScriptedRunner};
 use durable_sessions::{kind, RESTART_NOTICE_DESCRIPTION, RESTART_NOTICE_TEXT};
-use durable_sessions::{InterruptReason, Terminal};
+use durable_sessions::{Error, InterruptReason, Terminal};
 use serde_json::json;
 
 use common::{create, wait_for, Harness, WAIT};
@@ -98,6 +98,51 @@ async fn a_user_interrupt_releases_the_claim_so_the_turn_never_resurrects() {
     // A later sweep does not resume it.
     let report = runtime.resume_suspended_sessions().await.unwrap();
     assert!(report.resumed.is_empty());
+    runtime.stop().await;
+}
+
+/// After a durable interrupt request, an unsequenced wake is not silently dropped: it is refused
+/// with `Error::WakeAfterInterrupt` naming the request's seq, and starts nothing — in this
+/// process and after a restart. The ways the error names (a wake with the admission seq of newer
+/// work, a resume) still run turns.
+#[actix_rt::test]
+async fn an_unsequenced_wake_after_an_interrupt_request_is_refused_not_dropped() {
+    let runner = ScriptedRunner::new();
+    let mut runtime = Harness::start(&runner).await;
+    let s = create(&runtime, "s", None).await;
+    assert!(!runtime.sessions().interrupt(&s).await.unwrap());
+    let requested = testing::events_of_kind(runtime.path(), &s, kind::INTERRUPT_REQUESTED).unwrap();
+    let fence = requested[0].seq;
+    let refused = |result: Result<(), Error>| match result {
+        Err(Error::WakeAfterInterrupt {
+            session_id,
+            interrupt_seq,
+        }) => session_id == s && interrupt_seq == fence,
+        _ => false,
+    };
+
+    let execution = runtime.execution();
+    let woken = execution.wake(&s, None).await;
+    assert!(refused(woken), "the wake is refused with the fence");
+    assert!(!execution.active().contains(&s));
+    assert!(runner.drains().is_empty());
+
+    execution.wake(&s, Some(fence + 1)).await.unwrap();
+    runner.wait_for_drains(1, WAIT).await;
+    execution.await_idle(&s).await.unwrap();
+    assert_eq!(execution.resume(&s).await.unwrap(), Terminal::Succeeded);
+    assert_eq!(runner.drains().len(), 2);
+    runtime.stop().await;
+
+    // The request is durable, and so is the refusal.
+    let runner = ScriptedRunner::new();
+    runtime.restart(&runner, |b| b).await;
+    let woken = runtime.execution().wake(&s, None).await;
+    assert!(
+        refused(woken),
+        "the wake is refused with the fence after a restart"
+    );
+    assert!(runner.drains().is_empty());
     runtime.stop().await;
 }
 

@@ -74,10 +74,13 @@ async fn prompt(sessions: &Sessions, session: &SessionId, id: &str) -> Result<Ad
     prompt_with(sessions, session, id, prompt_body(id), true).await
 }
 
-/// The SQLite code of a store error, if it is one.
+/// The SQLite code of a store error, if it is one (the driver's error is the source of
+/// `StoreError::Database`).
 fn sqlite_code(error: &Error) -> Option<ErrorCode> {
     match error {
-        Error::Store(StoreError::Sqlite(e)) => e.sqlite_error_code(),
+        Error::Store(e @ StoreError::Database(_)) => std::error::Error::source(e)?
+            .downcast_ref::<rusqlite::Error>()?
+            .sqlite_error_code(),
         _ => None,
     }
 }

@@ -272,7 +272,7 @@ mod tests {
 
     /// A SQLite failure with this primary result code and message.
     fn sqlite(code: i32, message: &str) -> Error {
-        Error::Store(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+        Error::Store(StoreError::from(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(code),
             Some(message.into()),
         )))

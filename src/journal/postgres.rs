@@ -234,7 +234,7 @@ impl std::fmt::Debug for PgBackend {
 ///
 /// # Errors
 /// An invalid node id ([`StoreError::Inconsistent`]), an unreachable or refusing server
-/// ([`StoreError::Postgres`]), a schema newer than this crate ([`StoreError::SchemaTooNew`]).
+/// ([`StoreError::Database`]), a schema newer than this crate ([`StoreError::SchemaTooNew`]).
 pub(crate) fn open(cfg: &PgConfig) -> Result<PgBackend, StoreError> {
     let cfg = cfg.clone();
     off_runtime(move || open_here(&cfg))

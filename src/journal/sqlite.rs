@@ -77,13 +77,13 @@ fn get_opt_seq(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Option<u
 }
 
 /// Maps a constraint violation to [`StoreError::Conflict`] described by `what`; other errors
-/// pass through as [`StoreError::Sqlite`].
+/// pass through as [`StoreError::Database`].
 fn conflict_on_constraint(err: rusqlite::Error, what: impl FnOnce() -> String) -> StoreError {
     match err.sqlite_error_code() {
         Some(rusqlite::ErrorCode::ConstraintViolation) => {
             StoreError::Conflict(format!("{} ({err})", what()))
         }
-        _ => StoreError::Sqlite(err),
+        _ => err.into(),
     }
 }
 
@@ -305,7 +305,7 @@ mod tests {
             .conn
             .execute("SELECT * FROM no_such_table", [])
             .map_err(|e| conflict_on_constraint(e, || "unused".into()));
-        assert!(matches!(err, Err(StoreError::Sqlite(_))));
+        assert!(matches!(err, Err(StoreError::Database(_))));
         Ok(())
     }
 }

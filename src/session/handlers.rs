@@ -117,11 +117,24 @@ impl Handler<Wake> for SessionActor {
             ctx.notify_later(msg, ADOPTION_POLL);
             return;
         }
-        self.when_loaded(ctx, move |act, ctx| match (act.held, msg.seq) {
-            (Held::Mine, seq) => {
-                let effects = act.coordinator.wake(seq);
-                act.apply(effects, ctx);
-            }
+        let Wake { seq, refused } = msg;
+        self.when_loaded(ctx, move |act, ctx| match (act.held, seq) {
+            (Held::Mine, seq) => match (seq, act.coordinator.boundary()) {
+                (None, Some(interrupt_seq)) => {
+                    // An unsequenced wake cannot be ordered against the durable interrupt
+                    // request: the coordinator would drop it as stale, so its caller is told why.
+                    if let Some(refused) = refused {
+                        let _ = refused.send(Error::WakeAfterInterrupt {
+                            session_id: act.id.clone(),
+                            interrupt_seq,
+                        });
+                    }
+                }
+                _ => {
+                    let effects = act.coordinator.wake(seq);
+                    act.apply(effects, ctx);
+                }
+            },
             (Held::Elsewhere, Some(seq)) => act.forward(Nudge::Wake(seq), ctx, move |act, ctx| {
                 let effects = act.coordinator.wake(Some(seq));
                 act.apply(effects, ctx);

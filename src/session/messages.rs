@@ -14,6 +14,9 @@ use crate::outcome::{InterruptReason, Terminal};
 pub(crate) struct Wake {
     /// The admission seq, if any.
     pub(crate) seq: Option<u64>,
+    /// Told why an unsequenced wake was refused (the session has an interrupt fence); dropped
+    /// unanswered otherwise.
+    pub(crate) refused: Option<oneshot::Sender<Error>>,
 }
 
 /// An explicit resume: start a turn or join the running one.

@@ -375,7 +375,7 @@ async fn a_write_alone_commits_by_itself_and_rolls_back_whole_on_error() {
     before_alone.unwrap();
     after_alone.unwrap();
     assert!(
-        matches!(failing, Err(StoreError::Sqlite(_))),
+        matches!(failing, Err(StoreError::Database(_))),
         "the failing write reports its own error: {failing:?}"
     );
     assert!(!alone.unwrap(), "a write alone runs inside a transaction");

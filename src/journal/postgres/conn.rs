@@ -112,7 +112,7 @@ impl PgConn {
     /// Records a failed statement and wraps its error.
     fn fail(&mut self, e: postgres::Error) -> StoreError {
         self.failed = true;
-        StoreError::Postgres(e)
+        e.into()
     }
 
     /// Defers `sql` (transaction control, no result) until the next round trip.
@@ -196,7 +196,7 @@ impl PgConn {
         what: impl FnOnce() -> String,
     ) -> Result<u64, StoreError> {
         match self.execute(sql, params) {
-            Err(StoreError::Postgres(e)) => Err(conflict_on_constraint(e, what)),
+            Err(e) => Err(e.map_postgres(|e| conflict_on_constraint(e, what))),
             other => other,
         }
     }
@@ -227,6 +227,6 @@ pub(crate) fn conflict_on_constraint(
         Some(code) if code.code().starts_with("23") => {
             StoreError::Conflict(format!("{} ({err})", what()))
         }
-        _ => StoreError::Postgres(err),
+        _ => err.into(),
     }
 }

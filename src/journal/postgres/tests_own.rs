@@ -65,7 +65,7 @@ fn constraint_violations_become_conflicts() -> Result<(), StoreError> {
     let other = client
         .execute("SELECT * FROM no_such_table", &[])
         .map_err(|e| conflict_on_constraint(e, || "unused".into()));
-    assert!(matches!(other, Err(StoreError::Postgres(_))));
+    assert!(matches!(other, Err(StoreError::Database(_))));
     Ok(())
 }
 
@@ -257,7 +257,7 @@ fn check_fence_holds_the_session_until_commit() -> Result<(), StoreError> {
     sql(&mut b, "SET lock_timeout = 200")?;
     let blocked = b.acquire(&sid("s"));
     assert!(
-        matches!(blocked, Err(StoreError::Postgres(_))),
+        matches!(blocked, Err(StoreError::Database(_))),
         "{blocked:?}"
     );
     a.store().publish(&sid("s"), "custom.kind", &json!({}), 2)?;

@@ -215,7 +215,7 @@ pub(crate) fn commit_turn(
     };
     let rows = match ran {
         Ok(rows) => rows,
-        Err(StoreError::Postgres(e)) if e.as_db_error().is_some() => {
+        Err(e) if e.as_postgres().is_some_and(|e| e.as_db_error().is_some()) => {
             // The server refused it: the statement, its own transaction, stored nothing.
             log::debug!("postgres: a turn write alone was refused: {e}");
             conn.failed = false;

@@ -110,7 +110,7 @@ fn init_connection(
 pub(crate) fn open_connection(cfg: &StoreConfig) -> Result<Connection, StoreError> {
     let mut conn = Connection::open(&cfg.path)?;
     if conn.is_readonly(rusqlite::MAIN_DB)? {
-        return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+        return Err(StoreError::from(rusqlite::Error::SqliteFailure(
             rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_READONLY),
             Some(format!(
                 "{} can only be opened read-only",
@@ -218,7 +218,7 @@ mod tests {
             .map_err(|e| StoreError::Inconsistent(e.to_string()))?;
         let started = std::time::Instant::now();
         let result = open(&StoreConfig::new(&path));
-        assert!(matches!(result, Err(StoreError::Sqlite(_))), "{result:?}");
+        assert!(matches!(result, Err(StoreError::Database(_))), "{result:?}");
         assert!(started.elapsed() < Duration::from_secs(3));
         Ok(())
     }
@@ -228,7 +228,7 @@ mod tests {
         let dir = tempdir()?;
         let started = std::time::Instant::now();
         let result = open(&StoreConfig::new(dir.path().join("no/such/dir/s.db")));
-        assert!(matches!(result, Err(StoreError::Sqlite(_))), "{result:?}");
+        assert!(matches!(result, Err(StoreError::Database(_))), "{result:?}");
         assert!(started.elapsed() < Duration::from_secs(3));
         Ok(())
     }
