@@ -138,7 +138,7 @@ impl Sse {
             get = get.header("Last-Event-ID", id.to_string());
         }
         let response = runtime
-            .block_on(tokio::time::timeout(REQUEST_TIMEOUT, get.send()))
+            .block_on(async { tokio::time::timeout(REQUEST_TIMEOUT, get.send()).await })
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no response head"))?
             .map_err(io_error)?;
         if response.status() != reqwest::StatusCode::OK {
