@@ -1,7 +1,8 @@
 //! The web-facing suites' tools: a runtime and an HTTP server on `127.0.0.1:0` in the test's
 //! actix System (configured as the server example is), an agent that streams its reply word by
-//! word, a raw TCP client for what a polite HTTP client never sends, and the `server` example
-//! as a child process.
+//! word, requests through `awc` ([`client`], [`send`]), a raw TCP client only for what a polite
+//! HTTP client never sends (malformed or trickled requests, bytes on the wire a client hides),
+//! and the `server` example as a child process.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -110,16 +111,16 @@ impl WebServer {
     }
 }
 
-/// A response read off a raw connection.
+/// A response: status, headers and the whole body (read by [`send`], or off a raw connection).
 #[derive(Debug)]
-pub struct RawResponse {
+pub struct Answer {
     pub status: u16,
     /// Header names lowercased.
     pub headers: Vec<(String, String)>,
     pub body: String,
 }
 
-impl RawResponse {
+impl Answer {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -142,9 +143,44 @@ impl RawResponse {
     }
 }
 
+/// The suites' HTTP client: every request, its answer and its body bounded by [`WAIT`].
+pub fn client() -> awc::Client {
+    awc::Client::builder().timeout(WAIT).finish()
+}
+
+/// Sends `request` with `body` (none when empty) and reads the whole answer.
+///
+/// # Panics
+/// When no answer comes (within [`WAIT`]).
+pub async fn send(request: awc::ClientRequest, body: &str) -> Answer {
+    let what = format!("{} {}", request.get_method(), request.get_uri());
+    let sent = if body.is_empty() {
+        request.send().await
+    } else {
+        request.send_body(body.to_owned()).await
+    };
+    let mut response = sent.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let bytes = response
+        .body()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the body: {e}"));
+    Answer {
+        status: response.status().as_u16(),
+        headers: response
+            .headers()
+            .iter()
+            .map(|(n, v)| {
+                let value = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                (n.as_str().to_owned(), value)
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&bytes).into_owned(),
+    }
+}
+
 /// Parses `status line, headers, body` (a `content-length` body, or what came until the
 /// connection closed or went quiet).
-fn parse(raw: &[u8]) -> RawResponse {
+fn parse(raw: &[u8]) -> Answer {
     let text = String::from_utf8_lossy(raw).into_owned();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
     let mut lines = head.lines();
@@ -157,7 +193,7 @@ fn parse(raw: &[u8]) -> RawResponse {
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
-    RawResponse {
+    Answer {
         status,
         headers,
         body: body.to_owned(),
@@ -167,14 +203,14 @@ fn parse(raw: &[u8]) -> RawResponse {
 /// Sends `request` as is on a new connection and reads the answer until the server closes the
 /// connection, `quiet` passes without a byte, or a complete `content-length` body arrived.
 /// Blocking: call it from `spawn_blocking` (or a thread) in async tests.
-pub fn raw(addr: SocketAddr, request: &[u8], quiet: Duration) -> RawResponse {
+pub fn raw(addr: SocketAddr, request: &[u8], quiet: Duration) -> Answer {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.write_all(request).expect("send the request");
     read_response(&mut stream, quiet)
 }
 
 /// Reads one response off `stream` (see [`raw`]).
-pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> RawResponse {
+pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> Answer {
     stream.set_read_timeout(Some(quiet)).expect("read timeout");
     let mut got = Vec::new();
     let mut buf = [0u8; 8192];
@@ -205,7 +241,7 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// `raw` on a blocking thread.
-pub async fn raw_async(addr: SocketAddr, request: String, quiet: Duration) -> RawResponse {
+pub async fn raw_async(addr: SocketAddr, request: String, quiet: Duration) -> Answer {
     actix_rt::task::spawn_blocking(move || raw(addr, request.as_bytes(), quiet))
         .await
         .expect("raw client thread")
