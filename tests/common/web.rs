@@ -178,26 +178,35 @@ pub async fn send(request: awc::ClientRequest, body: &str) -> Answer {
     }
 }
 
-/// Parses `status line, headers, body` (a `content-length` body, or what came until the
-/// connection closed or went quiet).
-fn parse(raw: &[u8]) -> Answer {
-    let text = String::from_utf8_lossy(raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {text:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    Answer {
-        status,
-        headers,
-        body: body.to_owned(),
-    }
+/// The answer in `raw`, its head parsed by `httparse`: `None` while the head is incomplete.
+/// The body is what follows the head (all of it: the caller cuts it at its `content-length`).
+///
+/// # Panics
+/// When the head is not an HTTP/1.x response head.
+fn parse(raw: &[u8]) -> Option<(usize, Answer)> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    let head = match response.parse(raw) {
+        Ok(httparse::Status::Complete(head)) => head,
+        Ok(httparse::Status::Partial) => return None,
+        Err(e) => panic!(
+            "not a response head ({e}): {:?}",
+            String::from_utf8_lossy(raw)
+        ),
+    };
+    let answer = Answer {
+        status: response.code.expect("a status code"),
+        headers: response
+            .headers
+            .iter()
+            .map(|h| {
+                let value = String::from_utf8_lossy(h.value).trim().to_owned();
+                (h.name.to_ascii_lowercase(), value)
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&raw[head..]).into_owned(),
+    };
+    Some((head, answer))
 }
 
 /// Sends `request` as is on a new connection and reads the answer until the server closes the
@@ -209,22 +218,30 @@ pub fn raw(addr: SocketAddr, request: &[u8], quiet: Duration) -> Answer {
     read_response(&mut stream, quiet)
 }
 
-/// Reads one response off `stream` (see [`raw`]).
+/// Reads one response off `stream` (see [`raw`]); gives up reading after `quiet` plus [`WAIT`]
+/// in all, however the bytes trickle.
+///
+/// # Panics
+/// When no complete response head came.
 pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> Answer {
     stream.set_read_timeout(Some(quiet)).expect("read timeout");
+    let deadline = Instant::now() + quiet + WAIT;
     let mut got = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
-        if let Some(end) = find(&got, b"\r\n\r\n") {
-            let response = parse(&got);
-            if let Some(length) = response
+        if let Some((head, answer)) = parse(&got) {
+            if let Some(length) = answer
                 .header("content-length")
                 .and_then(|l| l.parse::<usize>().ok())
             {
-                if got.len() >= end + 4 + length {
-                    return parse(&got[..end + 4 + length]);
+                if got.len() >= head + length {
+                    got.truncate(head + length);
+                    break;
                 }
             }
+        }
+        if Instant::now() >= deadline {
+            break;
         }
         match stream.read(&mut buf) {
             Ok(0) => break,
@@ -234,10 +251,8 @@ pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> Answer {
     }
     assert!(!got.is_empty(), "no answer at all");
     parse(&got)
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+        .unwrap_or_else(|| panic!("an incomplete head: {:?}", String::from_utf8_lossy(&got)))
+        .1
 }
 
 /// `raw` on a blocking thread.
