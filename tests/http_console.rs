@@ -64,6 +64,7 @@ impl Driver {
             .spawn()
             .expect("start chromedriver");
         let deadline = Instant::now() + BROWSER_WAIT;
+        // A bare connect, no request: it only asks whether chromedriver listens yet.
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "chromedriver did not listen");
             std::thread::sleep(Duration::from_millis(50));

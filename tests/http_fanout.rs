@@ -15,16 +15,11 @@ use durable_sessions::http::HttpOptions;
 use durable_sessions::SessionId;
 use serde_json::{json, Value};
 
-use common::web::{raw_async, WebServer};
+use common::web::{client, send, WebServer};
 use common::WAIT;
 
 async fn stats(server: &WebServer) -> Value {
-    let response = raw_async(
-        server.addr,
-        "GET /stats HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned(),
-        Duration::from_secs(5),
-    )
-    .await;
+    let response = send(client().get(format!("{}/stats", server.base())), "").await;
     assert_eq!(response.status, 200, "{response:?}");
     response.json()
 }
@@ -51,6 +46,8 @@ fn threads_named(name: &str) -> usize {
 }
 
 /// Opens an event stream on a raw connection and reads until its opening comment arrived.
+// A raw socket: the test is about hanging up, which must close the TCP connection at once (a
+// pooling client may keep it).
 fn open_stream(addr: std::net::SocketAddr, session: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).expect("connect");
     let request = format!("GET /sessions/{session}/events HTTP/1.1\r\nHost: localhost\r\n\r\n");

@@ -7,9 +7,11 @@
 mod common;
 
 use std::process::{Command, Stdio};
+
+use actix_web::http::Method;
 use std::time::{Duration, Instant};
 
-use common::web::{raw_async, run_server_to_exit, ServerChild};
+use common::web::{client, run_server_to_exit, send, ServerChild};
 use common::{server_binary, WAIT};
 
 #[test]
@@ -128,15 +130,17 @@ async fn repeated_allowed_hosts_take_effect() {
             "two.example:9",
         ],
     );
-    let addr = server.addr();
+    let base = &server.base;
     for (host, status) in [
         ("one.example:8080", 200),
         ("two.example", 200),
         ("localhost:1", 200),
         ("three.example", 421),
     ] {
-        let request = format!("GET /stats HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        let answer = raw_async(addr, request, Duration::from_secs(2)).await;
+        let request = client()
+            .get(format!("{base}/stats"))
+            .insert_header(("Host", host));
+        let answer = send(request, "").await;
         assert_eq!(answer.status, status, "{host}: {answer:?}");
         if status == 421 {
             assert_eq!(answer.error_type(), "host_not_allowed", "{answer:?}");
@@ -159,17 +163,17 @@ async fn the_token_variable_and_repeated_cors_origins_take_effect() {
             "http://two.example:8000",
         ],
     );
-    let addr = server.addr();
+    let base = &server.base;
     for (origin, allowed) in [
         ("http://one.example", true),
         ("http://two.example:8000", true),
         ("http://three.example", false),
     ] {
-        let preflight = format!(
-            "OPTIONS /sessions HTTP/1.1\r\nHost: localhost\r\nOrigin: {origin}\r\n\
-             Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n"
-        );
-        let answer = raw_async(addr, preflight, Duration::from_secs(2)).await;
+        let preflight = client()
+            .request(Method::OPTIONS, format!("{base}/sessions"))
+            .insert_header(("Origin", origin))
+            .insert_header(("Access-Control-Request-Method", "POST"));
+        let answer = send(preflight, "").await;
         let allow = answer.header("access-control-allow-origin");
         if allowed {
             assert_eq!(answer.status, 200, "{origin}: {answer:?}");
@@ -198,15 +202,14 @@ async fn the_token_variable_and_repeated_cors_origins_take_effect() {
         .trim_start_matches("listening on http://")
         .parse()
         .expect("the address");
-    let get = |auth: &str| {
-        format!("GET /stats HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n")
-    };
-    let denied = raw_async(addr, get(""), Duration::from_secs(2)).await;
+    let stats = format!("http://{addr}/stats");
+    let denied = send(client().get(&stats), "").await;
     assert_eq!(denied.status, 401, "{denied:?}");
-    let allowed = raw_async(
-        addr,
-        get("Authorization: Bearer from-the-env\r\n"),
-        Duration::from_secs(2),
+    let allowed = send(
+        client()
+            .get(&stats)
+            .insert_header(("Authorization", "Bearer from-the-env")),
+        "",
     )
     .await;
     assert_eq!(allowed.status, 200, "{allowed:?}");
@@ -239,32 +242,24 @@ async fn the_retention_flags_compact_an_idle_session_and_keep_its_transcript() {
             "200",
         ],
     );
-    let addr = server.addr();
-    let request = |method: &str, path: &str, body: &str| {
-        format!(
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
+    let base = &server.base;
+    let request = |method: Method, path: &str, body: &str| {
+        let request = client()
+            .request(method, format!("{base}{path}"))
+            .insert_header(("Content-Type", "application/json"));
+        let body = body.to_owned();
+        async move { send(request, &body).await }
     };
-    let quiet = Duration::from_secs(2);
-    let created = raw_async(addr, request("POST", "/sessions", r#"{"id":"r"}"#), quiet).await;
+    let created = request(Method::POST, "/sessions", r#"{"id":"r"}"#).await;
     assert_eq!(created.status, 201, "{created:?}");
-    let prompted = raw_async(
-        addr,
-        request("POST", "/sessions/r/prompt", r#"{"text":"one two"}"#),
-        quiet,
-    )
-    .await;
+    let prompted = request(Method::POST, "/sessions/r/prompt", r#"{"text":"one two"}"#).await;
     assert_eq!(prompted.status, 202, "{prompted:?}");
 
     // The turn ends (admitted, promoted, started, the reply, succeeded: seqs 1 – 5), then the
     // session idles past 200 ms and the next pass compacts it to its newest 2 events.
     let deadline = Instant::now() + WAIT;
     let status = loop {
-        let status = raw_async(addr, request("GET", "/sessions/r/status", ""), quiet)
-            .await
-            .json();
+        let status = request(Method::GET, "/sessions/r/status", "").await.json();
         if status["log_start"].as_u64().unwrap_or(0) > 0 {
             break status;
         }
@@ -274,23 +269,14 @@ async fn the_retention_flags_compact_an_idle_session_and_keep_its_transcript() {
     let last = status["last_seq"].as_u64().expect("last_seq");
     assert_eq!(status["log_start"].as_u64(), Some(last - 1), "{status}");
 
-    let replay = raw_async(
-        addr,
-        request("GET", "/sessions/r/events?after=0", ""),
-        quiet,
-    )
-    .await;
+    let replay = request(Method::GET, "/sessions/r/events?after=0", "").await;
     assert_eq!(replay.status, 410, "{replay:?}");
     assert_eq!(replay.error_type(), "events_compacted");
     assert_eq!(replay.json()["error"]["first_seq"].as_u64(), Some(last - 1));
 
-    let messages = raw_async(
-        addr,
-        request("GET", "/sessions/r/messages?order=asc", ""),
-        quiet,
-    )
-    .await
-    .json();
+    let messages = request(Method::GET, "/sessions/r/messages?order=asc", "")
+        .await
+        .json();
     let kinds: Vec<&str> = messages
         .as_array()
         .expect("an array")

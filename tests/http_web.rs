@@ -15,7 +15,7 @@ use durable_sessions::http::{self, HttpOptions};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
-use common::web::{raw_async, WebServer, WordAgent};
+use common::web::{raw_async, send as send_answer, WebServer, WordAgent};
 use common::WAIT;
 
 /// A quiet period after which a raw read gives up waiting for more bytes.
@@ -404,6 +404,7 @@ async fn slow_bodies_are_cut_off_with_408() {
     let server = WebServer::start(options, Duration::from_millis(1)).await;
     let addr = server.addr;
     let started = std::time::Instant::now();
+    // Raw sockets: a body that never comes, or trickles, is what a client library never sends.
     let never = raw_async(
         addr,
         "POST /sessions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
@@ -428,12 +429,7 @@ async fn slow_bodies_are_cut_off_with_408() {
         }
         common::web::read_response(&mut stream, Duration::from_secs(20))
     });
-    let health = raw_async(
-        addr,
-        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned(),
-        QUIET,
-    )
-    .await;
+    let health = send_answer(client().get(format!("{}/healthz", server.base())), "").await;
     assert_eq!(health.status, 200, "{health:?}");
     let never = never.await;
     assert_eq!(never.status, 408, "{never:?}");
@@ -469,6 +465,8 @@ async fn odd_requests_get_json_answers() {
     .await;
     assert_eq!(status, StatusCode::OK, "the real U+FFFD id: {body}");
 
+    // Raw sockets from here on: that no body byte follows a HEAD answer's head, an HTTP/1.0
+    // request, bad framing and a header flood are wire-level matters a client hides or refuses.
     let head = raw_async(
         addr,
         "HEAD /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".to_owned(),

@@ -1,7 +1,8 @@
 //! The web-facing suites' tools: a runtime and an HTTP server on `127.0.0.1:0` in the test's
 //! actix System (configured as the server example is), an agent that streams its reply word by
-//! word, a raw TCP client for what a polite HTTP client never sends, and the `server` example
-//! as a child process.
+//! word, requests through `awc` ([`client`], [`send`]), a raw TCP client only for what a polite
+//! HTTP client never sends (malformed or trickled requests, bytes on the wire a client hides),
+//! and the `server` example as a child process.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -110,16 +111,16 @@ impl WebServer {
     }
 }
 
-/// A response read off a raw connection.
+/// A response: status, headers and the whole body (read by [`send`], or off a raw connection).
 #[derive(Debug)]
-pub struct RawResponse {
+pub struct Answer {
     pub status: u16,
     /// Header names lowercased.
     pub headers: Vec<(String, String)>,
     pub body: String,
 }
 
-impl RawResponse {
+impl Answer {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -142,53 +143,105 @@ impl RawResponse {
     }
 }
 
-/// Parses `status line, headers, body` (a `content-length` body, or what came until the
-/// connection closed or went quiet).
-fn parse(raw: &[u8]) -> RawResponse {
-    let text = String::from_utf8_lossy(raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {text:?}"));
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    RawResponse {
-        status,
-        headers,
-        body: body.to_owned(),
+/// The suites' HTTP client: every request, its answer and its body bounded by [`WAIT`].
+pub fn client() -> awc::Client {
+    awc::Client::builder().timeout(WAIT).finish()
+}
+
+/// Sends `request` with `body` (none when empty) and reads the whole answer.
+///
+/// # Panics
+/// When no answer comes (within [`WAIT`]).
+pub async fn send(request: awc::ClientRequest, body: &str) -> Answer {
+    let what = format!("{} {}", request.get_method(), request.get_uri());
+    let sent = if body.is_empty() {
+        request.send().await
+    } else {
+        request.send_body(body.to_owned()).await
+    };
+    let mut response = sent.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let bytes = response
+        .body()
+        .await
+        .unwrap_or_else(|e| panic!("{what}: the body: {e}"));
+    Answer {
+        status: response.status().as_u16(),
+        headers: response
+            .headers()
+            .iter()
+            .map(|(n, v)| {
+                let value = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                (n.as_str().to_owned(), value)
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&bytes).into_owned(),
     }
+}
+
+/// The answer in `raw`, its head parsed by `httparse`: `None` while the head is incomplete.
+/// The body is what follows the head (all of it: the caller cuts it at its `content-length`).
+///
+/// # Panics
+/// When the head is not an HTTP/1.x response head.
+fn parse(raw: &[u8]) -> Option<(usize, Answer)> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    let head = match response.parse(raw) {
+        Ok(httparse::Status::Complete(head)) => head,
+        Ok(httparse::Status::Partial) => return None,
+        Err(e) => panic!(
+            "not a response head ({e}): {:?}",
+            String::from_utf8_lossy(raw)
+        ),
+    };
+    let answer = Answer {
+        status: response.code.expect("a status code"),
+        headers: response
+            .headers
+            .iter()
+            .map(|h| {
+                let value = String::from_utf8_lossy(h.value).trim().to_owned();
+                (h.name.to_ascii_lowercase(), value)
+            })
+            .collect(),
+        body: String::from_utf8_lossy(&raw[head..]).into_owned(),
+    };
+    Some((head, answer))
 }
 
 /// Sends `request` as is on a new connection and reads the answer until the server closes the
 /// connection, `quiet` passes without a byte, or a complete `content-length` body arrived.
 /// Blocking: call it from `spawn_blocking` (or a thread) in async tests.
-pub fn raw(addr: SocketAddr, request: &[u8], quiet: Duration) -> RawResponse {
+pub fn raw(addr: SocketAddr, request: &[u8], quiet: Duration) -> Answer {
     let mut stream = TcpStream::connect(addr).expect("connect");
     stream.write_all(request).expect("send the request");
     read_response(&mut stream, quiet)
 }
 
-/// Reads one response off `stream` (see [`raw`]).
-pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> RawResponse {
+/// Reads one response off `stream` (see [`raw`]); gives up reading after `quiet` plus [`WAIT`]
+/// in all, however the bytes trickle.
+///
+/// # Panics
+/// When no complete response head came.
+pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> Answer {
     stream.set_read_timeout(Some(quiet)).expect("read timeout");
+    let deadline = Instant::now() + quiet + WAIT;
     let mut got = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
-        if let Some(end) = find(&got, b"\r\n\r\n") {
-            let response = parse(&got);
-            if let Some(length) = response
+        if let Some((head, answer)) = parse(&got) {
+            if let Some(length) = answer
                 .header("content-length")
                 .and_then(|l| l.parse::<usize>().ok())
             {
-                if got.len() >= end + 4 + length {
-                    return parse(&got[..end + 4 + length]);
+                if got.len() >= head + length {
+                    got.truncate(head + length);
+                    break;
                 }
             }
+        }
+        if Instant::now() >= deadline {
+            break;
         }
         match stream.read(&mut buf) {
             Ok(0) => break,
@@ -198,14 +251,12 @@ pub fn read_response(stream: &mut TcpStream, quiet: Duration) -> RawResponse {
     }
     assert!(!got.is_empty(), "no answer at all");
     parse(&got)
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+        .unwrap_or_else(|| panic!("an incomplete head: {:?}", String::from_utf8_lossy(&got)))
+        .1
 }
 
 /// `raw` on a blocking thread.
-pub async fn raw_async(addr: SocketAddr, request: String, quiet: Duration) -> RawResponse {
+pub async fn raw_async(addr: SocketAddr, request: String, quiet: Duration) -> Answer {
     actix_rt::task::spawn_blocking(move || raw(addr, request.as_bytes(), quiet))
         .await
         .expect("raw client thread")
