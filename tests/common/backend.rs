@@ -90,6 +90,8 @@ pub fn run_suite_on_postgres(suite: &str) {
             SUITE_THREADS,
         ])
         .env(POSTGRES_ENV, cluster.url())
+        // Captured output: each test's line `test … ok` whole, a failing test's output shown.
+        .env_remove("RUST_TEST_NOCAPTURE")
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap_or_else(|e| panic!("{suite}: run {} on PostgreSQL: {e}", exe.display()));
