@@ -8,7 +8,7 @@
 //! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP),
 //! `stream` (live-only events to 100 in-process subscribers), `growth` (the same workload on
 //! databases of 1,000 to 1,000,000 sessions in steady state, and a 10,000-message transcript),
-//! `postgres` (feature `postgres`: turns/s on one and three nodes, latency and takeover on a
+//! `postgres` (feature `testing-postgres`: turns/s on one and three nodes, latency and takeover on a
 //! throwaway local PostgreSQL). No scenario named runs them all (`postgres` only when built with
 //! its feature).
 //!
@@ -38,10 +38,10 @@ mod growth;
 mod latency;
 #[path = "runtime/memory.rs"]
 mod memory;
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 #[path = "runtime/postgres.rs"]
 mod postgres;
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 #[path = "runtime/postgres_node.rs"]
 mod postgres_node;
 #[path = "runtime/report.rs"]
@@ -136,10 +136,10 @@ fn run_scenario(name: &str, ctx: &Ctx) -> BenchResult<Vec<Row>> {
         "sse" => sse::run(ctx),
         "stream" => stream::run(ctx),
         "growth" => growth::run(ctx),
-        #[cfg(feature = "postgres")]
+        #[cfg(feature = "testing-postgres")]
         "postgres" => postgres::run(ctx),
-        #[cfg(not(feature = "postgres"))]
-        "postgres" => Err("the postgres scenario needs `--features postgres`".into()),
+        #[cfg(not(feature = "testing-postgres"))]
+        "postgres" => Err("the postgres scenario needs `--features testing-postgres`".into()),
         other => Err(format!("unknown scenario {other}").into()),
     }
 }
@@ -173,7 +173,7 @@ fn main() -> ExitCode {
         SCENARIOS
             .iter()
             .copied()
-            .filter(|s| *s != "postgres" || cfg!(feature = "postgres"))
+            .filter(|s| *s != "postgres" || cfg!(feature = "testing-postgres"))
             .collect()
     } else {
         SCENARIOS

@@ -2,7 +2,8 @@
 //! drains complete, block until released, never end, fail or panic, per session and in order;
 //! and helpers that read claims, attempts and events straight from the database file.
 //!
-//! With feature `postgres`, the submodule `postgres` starts a throwaway PostgreSQL cluster.
+//! With feature `testing-postgres`, the submodule `postgres` starts a throwaway PostgreSQL
+//! cluster.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::Path;
@@ -22,7 +23,8 @@ use crate::records::ClaimState;
 use crate::runner::Runner;
 use crate::turn::Turn;
 
-#[cfg(feature = "postgres")]
+// The crate's own unit tests of the PostgreSQL backend use it with `postgres` alone.
+#[cfg(any(feature = "testing-postgres", all(test, feature = "postgres")))]
 pub mod postgres;
 
 /// A custom drain body.

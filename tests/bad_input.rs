@@ -1017,16 +1017,10 @@ mod http {
     }
 }
 
-/// The service half of the suite above, on PostgreSQL (the HTTP half talks to the same
-/// service).
-#[cfg(feature = "postgres")]
+/// Every other test of this file, again on PostgreSQL (one fresh database per runtime):
+/// [`common::run_suite_on_postgres`].
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_bad_input_suite() {
-    common::on_postgres(
-        "postgres_backend_passes_the_bad_input_suite",
-        &[(
-            "malformed_service_inputs_get_typed_errors_and_write_nothing",
-            malformed_service_inputs_get_typed_errors_and_write_nothing,
-        )],
-    );
+    common::run_suite_on_postgres("postgres_backend_passes_the_bad_input_suite");
 }

@@ -277,21 +277,10 @@ async fn context_after_a_cursor_returns_only_newer_messages() {
     runtime.stop().await;
 }
 
-/// The suite above, on PostgreSQL (one fresh database per runtime).
-#[cfg(feature = "postgres")]
+/// Every other test of this file, again on PostgreSQL (one fresh database per runtime):
+/// [`common::run_suite_on_postgres`].
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_cost_suite() {
-    common::on_postgres(
-        "postgres_backend_passes_the_cost_suite",
-        &[
-            (
-                "live_only_events_reach_subscribers_and_are_never_stored",
-                live_only_events_reach_subscribers_and_are_never_stored,
-            ),
-            (
-                "context_after_a_cursor_returns_only_newer_messages",
-                context_after_a_cursor_returns_only_newer_messages,
-            ),
-        ],
-    );
+    common::run_suite_on_postgres("postgres_backend_passes_the_cost_suite");
 }

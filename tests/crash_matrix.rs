@@ -1786,7 +1786,7 @@ fn random_kills_under_a_seeded_workload() {
     let chains: Vec<_> = (0..CHAINS)
         .map(|chain| {
             let kills = total / CHAINS + usize::from(chain < total % CHAINS);
-            // Made on this thread: inside `on_postgres`, a fresh database of the suite's cluster.
+            // Made here, for the chain: on PostgreSQL, a fresh database of the suite's cluster.
             let db = TestDb::new();
             thread::spawn(move || random_chain(TEST, &db, chain, kills, base))
         })
@@ -2038,6 +2038,10 @@ fn fault_chain(test: &str, disk: &SmallDisk, chain: usize, kills: usize, base: u
 fn random_kills_and_store_faults_under_a_seeded_workload() {
     const TEST: &str = "random_kills_and_store_faults_under_a_seeded_workload";
     run_child_if_requested();
+    // The faults are the SQLite file's (a full disk, an immutable file).
+    if common::sqlite_only(TEST) {
+        return;
+    }
     let skip = |why: &str| {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
@@ -2126,59 +2130,26 @@ fn random_kills_and_store_faults_under_a_seeded_workload() {
 // ---------------------------------------------------------------------------------------------
 // PostgreSQL.
 
-/// The matrix above on PostgreSQL: each case runs again, every child and recovery boot a node
-/// with a 1 s lease ([`CRASH_LEASE`]), each scenario (and kill chain) on a fresh database of one
-/// throwaway cluster. Each kill waits for the killed node's connections to close and its lease
-/// to lapse before the next boot, whose start-up sweep then takes its turns over as a SQLite
-/// restart's does (a running node taking over a dead one is the multi-node suite's); so the
-/// random kills are 80 here (`DS_SOAK` overrides), not 240. The last test, on hand-made logs,
-/// touches no database and runs once.
-#[cfg(feature = "postgres")]
+/// The matrix above on PostgreSQL ([`common::run_suite_on_postgres`]): each test runs again,
+/// every child and recovery boot a node with a 1 s lease ([`CRASH_LEASE`]), each scenario (and
+/// kill chain) on a fresh database of one throwaway cluster. Each kill waits for the killed
+/// node's connections to close and its lease to lapse before the next boot, whose start-up
+/// sweep then takes its turns over as a SQLite restart's does (a running node taking over a
+/// dead one is the multi-node suite's); so the random kills are 80 there (`DS_SOAK` overrides),
+/// not 240. The store faults are the SQLite file's: that test returns at once there. First,
+/// every crash point has its test `crash_<point>`.
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_crash_matrix() {
-    const CASES: &[common::Case] = &[
-        ("crash_before_claim", crash_before_claim),
-        ("crash_during_claim", crash_during_claim),
-        (
-            "crash_after_admission_before_wake",
-            crash_after_admission_before_wake,
-        ),
-        (
-            "crash_after_claim_before_drain",
-            crash_after_claim_before_drain,
-        ),
-        ("crash_mid_drain", crash_mid_drain),
-        (
-            "crash_after_drain_before_release",
-            crash_after_drain_before_release,
-        ),
-        ("crash_sweep_after_count", crash_sweep_after_count),
-        ("crash_during_admission", crash_during_admission),
-        ("crash_during_promotion", crash_during_promotion),
-        ("crash_after_a_user_interrupt", crash_after_a_user_interrupt),
-        (
-            "crash_after_interrupt_request",
-            crash_after_interrupt_request,
-        ),
-        (
-            "crash_after_interrupt_request_then_a_prompt",
-            crash_after_interrupt_request_then_a_prompt,
-        ),
-        (
-            "random_kills_under_a_seeded_workload",
-            random_kills_under_a_seeded_workload,
-        ),
-    ];
-    run_child_if_requested();
+    let tests = common::test_names();
     for point in durable_sessions::crash::ALL {
+        let test = format!("crash_{point}");
         assert!(
-            CASES
-                .iter()
-                .any(|(name, _)| *name == format!("crash_{point}")),
-            "no case of the crash point {point}"
+            tests.contains(&test),
+            "no test {test} of the crash point {point}"
         );
     }
-    common::on_postgres("postgres_backend_passes_the_crash_matrix", CASES);
+    common::run_suite_on_postgres("postgres_backend_passes_the_crash_matrix");
 }
 
 // ---------------------------------------------------------------------------------------------

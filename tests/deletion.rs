@@ -317,25 +317,10 @@ async fn a_turn_of_a_deleted_session_writes_nothing() {
     runtime.stop().await;
 }
 
-/// The cases above, on PostgreSQL.
-#[cfg(feature = "postgres")]
+/// Every other test of this file, again on PostgreSQL (one fresh database per runtime):
+/// [`common::run_suite_on_postgres`].
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_deletion_suite() {
-    common::on_postgres(
-        "postgres_backend_passes_the_deletion_suite",
-        &[
-            (
-                "deleting_a_session_removes_every_row_and_ends_its_streams",
-                deleting_a_session_removes_every_row_and_ends_its_streams,
-            ),
-            (
-                "a_running_turn_blocks_delete_unless_forced",
-                a_running_turn_blocks_delete_unless_forced,
-            ),
-            (
-                "a_turn_of_a_deleted_session_writes_nothing",
-                a_turn_of_a_deleted_session_writes_nothing,
-            ),
-        ],
-    );
+    common::run_suite_on_postgres("postgres_backend_passes_the_deletion_suite");
 }

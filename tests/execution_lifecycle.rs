@@ -360,55 +360,12 @@ async fn start_returns_once_every_turn_a_crash_left_is_resumed() {
     runtime.stop().await;
 }
 
-/// The suite above, on PostgreSQL (one fresh database per runtime).
-#[cfg(feature = "postgres")]
+/// Every other test of this file, again on PostgreSQL (one fresh database per runtime):
+/// [`common::run_suite_on_postgres`].
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_execution_lifecycle_suite() {
-    common::on_postgres(
-        "postgres_backend_passes_the_execution_lifecycle_suite",
-        &[
-            (
-                "the_sweep_only_lists_claimed_top_level_sessions",
-                the_sweep_only_lists_claimed_top_level_sessions,
-            ),
-            (
-                "claims_at_execution_start_releases_on_completion_and_preserves_through_teardown",
-                claims_at_execution_start_releases_on_completion_and_preserves_through_teardown,
-            ),
-            (
-                "a_user_interrupt_releases_the_claim_so_the_turn_never_resurrects",
-                a_user_interrupt_releases_the_claim_so_the_turn_never_resurrects,
-            ),
-            (
-                "starts_every_claimed_execution_without_waiting_for_earlier_drains_to_finish",
-                starts_every_claimed_execution_without_waiting_for_earlier_drains_to_finish,
-            ),
-            (
-                "resumes_each_claimed_session_at_most_once",
-                resumes_each_claimed_session_at_most_once,
-            ),
-            (
-                "terminalizes_a_turn_that_exhausts_its_resume_budget_instead_of_crash_looping",
-                terminalizes_a_turn_that_exhausts_its_resume_budget_instead_of_crash_looping,
-            ),
-            (
-                "counts_every_resume_durably_and_never_consumes_the_claim_it_recovers",
-                counts_every_resume_durably_and_never_consumes_the_claim_it_recovers,
-            ),
-            (
-                "the_sweep_leaves_sessions_already_draining_in_this_process_untouched",
-                the_sweep_leaves_sessions_already_draining_in_this_process_untouched,
-            ),
-            (
-                "the_sweep_leaves_a_running_child_turn_claimed",
-                the_sweep_leaves_a_running_child_turn_claimed,
-            ),
-            (
-                "start_returns_once_every_turn_a_crash_left_is_resumed",
-                start_returns_once_every_turn_a_crash_left_is_resumed,
-            ),
-        ],
-    );
+    common::run_suite_on_postgres("postgres_backend_passes_the_execution_lifecycle_suite");
 }
 
 /// A sweep whose settling transaction failed after its count committed (the count names this
@@ -417,7 +374,7 @@ fn postgres_backend_passes_the_execution_lifecycle_suite() {
 /// process lives (on PostgreSQL, where every node sweeps every quarter lease, until the node
 /// died). The failure: another connection holds the session's `event_sequence` row past the
 /// writer's lock timeout (a lease).
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 fn the_next_sweep_settles_what_a_failed_sweep_counted() {
     actix_rt::System::new().block_on(async {
         let runner = ScriptedRunner::new();
@@ -461,14 +418,11 @@ fn the_next_sweep_settles_what_a_failed_sweep_counted() {
 
 /// [`the_next_sweep_settles_what_a_failed_sweep_counted`], on PostgreSQL only (its failure is
 /// a row lock).
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_settles_what_a_failed_sweep_counted() {
-    common::on_postgres(
+    common::postgres_only(
         "postgres_backend_settles_what_a_failed_sweep_counted",
-        &[(
-            "the_next_sweep_settles_what_a_failed_sweep_counted",
-            the_next_sweep_settles_what_a_failed_sweep_counted,
-        )],
+        the_next_sweep_settles_what_a_failed_sweep_counted,
     );
 }

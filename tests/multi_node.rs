@@ -11,7 +11,7 @@
 //! Everything here blocks, from plain `#[test]` threads (the sync `postgres` client panics
 //! inside a tokio runtime). Without PostgreSQL each test prints one skip line (and fails under
 //! `CI=true`).
-#![cfg(feature = "postgres")]
+#![cfg(feature = "testing-postgres")]
 
 mod common;
 

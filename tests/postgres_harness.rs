@@ -2,7 +2,7 @@
 //! promises, serves isolated databases, and leaves nothing behind (no listening server, no
 //! directory) once dropped; it can be stopped and started again on the same port and data. Skipped, with one line saying so, where PostgreSQL is not installed
 //! (a failure under `CI=true`).
-#![cfg(feature = "postgres")]
+#![cfg(feature = "testing-postgres")]
 
 use std::net::{Ipv4Addr, TcpStream};
 use std::time::{Duration, Instant};

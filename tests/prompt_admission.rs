@@ -773,93 +773,10 @@ async fn only_records_the_prompt_when_resume_is_false() {
     runtime.stop().await;
 }
 
-/// The suite above, on PostgreSQL (one fresh database per runtime).
-#[cfg(feature = "postgres")]
+/// Every other test of this file, again on PostgreSQL (one fresh database per runtime):
+/// [`common::run_suite_on_postgres`].
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_prompt_admission_suite() {
-    common::on_postgres(
-        "postgres_backend_passes_the_prompt_admission_suite",
-        &[
-            (
-                "exposes_the_execution_registry",
-                exposes_the_execution_registry,
-            ),
-            (
-                "delegates_execution_continuation_through_session_execution",
-                delegates_execution_continuation_through_session_execution,
-            ),
-            (
-                "delegates_process_local_interruption_through_session_execution",
-                delegates_process_local_interruption_through_session_execution,
-            ),
-            (
-                "delegates_interruption_without_requiring_a_recorded_session",
-                delegates_interruption_without_requiring_a_recorded_session,
-            ),
-            (
-                "durably_admits_one_user_message_before_transcript_promotion",
-                durably_admits_one_user_message_before_transcript_promotion,
-            ),
-            (
-                "streams_durable_session_events_after_an_aggregate_sequence",
-                streams_durable_session_events_after_an_aggregate_sequence,
-            ),
-            (
-                "resumes_through_a_recorded_message_without_appending_another_prompt",
-                resumes_through_a_recorded_message_without_appending_another_prompt,
-            ),
-            (
-                "records_distinct_messages_when_the_id_is_omitted",
-                records_distinct_messages_when_the_id_is_omitted,
-            ),
-            (
-                "returns_the_original_recorded_message_when_the_id_is_retried",
-                returns_the_original_recorded_message_when_the_id_is_retried,
-            ),
-            (
-                "wakes_execution_when_an_exact_prompt_retry_recovers_a_committed_message",
-                wakes_execution_when_an_exact_prompt_retry_recovers_a_committed_message,
-            ),
-            (
-                "rejects_reuse_of_one_id_with_a_different_prompt",
-                rejects_reuse_of_one_id_with_a_different_prompt,
-            ),
-            (
-                "rejects_reuse_of_one_id_with_a_different_delivery_mode",
-                rejects_reuse_of_one_id_with_a_different_delivery_mode,
-            ),
-            (
-                "returns_one_recorded_message_to_concurrent_exact_retries",
-                returns_one_recorded_message_to_concurrent_exact_retries,
-            ),
-            (
-                "promotes_one_message_once_under_concurrent_promotion_attempts",
-                promotes_one_message_once_under_concurrent_promotion_attempts,
-            ),
-            (
-                "reprojects_pending_inbox_input_without_scheduling_execution",
-                reprojects_pending_inbox_input_without_scheduling_execution,
-            ),
-            (
-                "rejects_reuse_of_one_globally_unique_message_id_across_sessions",
-                rejects_reuse_of_one_globally_unique_message_id_across_sessions,
-            ),
-            (
-                "rejects_a_prompt_id_already_used_by_visible_session_history",
-                rejects_a_prompt_id_already_used_by_visible_session_history,
-            ),
-            (
-                "starts_execution_by_default_after_recording_the_prompt",
-                starts_execution_by_default_after_recording_the_prompt,
-            ),
-            (
-                "starts_execution_when_resume_is_explicitly_true",
-                starts_execution_when_resume_is_explicitly_true,
-            ),
-            (
-                "only_records_the_prompt_when_resume_is_false",
-                only_records_the_prompt_when_resume_is_false,
-            ),
-        ],
-    );
+    common::run_suite_on_postgres("postgres_backend_passes_the_prompt_admission_suite");
 }

@@ -4,8 +4,8 @@
 //! starts); sessions with a turn in flight are never compacted. And the write-ahead log: a clean
 //! shutdown, or a writer gone idle, leaves it truncated.
 //!
-//! The retention cases run on SQLite and, through
-//! `postgres_backend_passes_the_retention_suite`, on PostgreSQL.
+//! Each test runs on SQLite and, through `postgres_backend_passes_the_retention_suite`, on
+//! PostgreSQL, except the write-ahead log's (SQLite only: PostgreSQL has no WAL file of ours).
 
 mod common;
 
@@ -217,6 +217,9 @@ async fn retention_runs_by_itself_and_spares_running_turns() {
 /// truncated it after its last write.
 #[actix_rt::test]
 async fn a_clean_shutdown_leaves_the_wal_truncated() {
+    if common::sqlite_only("a_clean_shutdown_leaves_the_wal_truncated") {
+        return;
+    }
     let runner = ScriptedRunner::new();
     let runtime = Harness::start(&runner).await;
     let sessions = runtime.sessions();
@@ -235,6 +238,9 @@ async fn a_clean_shutdown_leaves_the_wal_truncated() {
 /// A writer that has been idle for a moment truncates the write-ahead log by itself.
 #[actix_rt::test]
 async fn the_wal_is_truncated_once_the_writer_is_idle() {
+    if common::sqlite_only("the_wal_is_truncated_once_the_writer_is_idle") {
+        return;
+    }
     let runner = ScriptedRunner::new();
     let runtime = Harness::start(&runner).await;
     let s = create(&runtime, "s", None).await;
@@ -263,21 +269,10 @@ fn wal_size(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
-/// The retention cases, on PostgreSQL (which has no WAL file of ours).
-#[cfg(feature = "postgres")]
+/// Every other test of this file, again on PostgreSQL (one fresh database per runtime):
+/// [`common::run_suite_on_postgres`].
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_retention_suite() {
-    common::on_postgres(
-        "postgres_backend_passes_the_retention_suite",
-        &[
-            (
-                "retention_keeps_the_transcript_and_seqs_monotonic",
-                retention_keeps_the_transcript_and_seqs_monotonic,
-            ),
-            (
-                "retention_runs_by_itself_and_spares_running_turns",
-                retention_runs_by_itself_and_spares_running_turns,
-            ),
-        ],
-    );
+    common::run_suite_on_postgres("postgres_backend_passes_the_retention_suite");
 }

@@ -1181,62 +1181,10 @@ async fn an_event_stream_ends_after_shutdown() {
     assert!(stream.next().await.is_none());
 }
 
-/// The suite above, on PostgreSQL (one fresh database per runtime).
-#[cfg(feature = "postgres")]
+/// Every other test of this file, again on PostgreSQL (one fresh database per runtime):
+/// [`common::run_suite_on_postgres`].
+#[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_session_service_suite() {
-    common::on_postgres(
-        "postgres_backend_passes_the_session_service_suite",
-        &[
-            ("create_is_idempotent_by_id", create_is_idempotent_by_id),
-            (
-                "concurrent_creates_of_one_id_make_one_row_and_the_same_answer",
-                concurrent_creates_of_one_id_make_one_row_and_the_same_answer,
-            ),
-            (
-                "lists_with_filters_order_and_anchors_in_both_directions",
-                lists_with_filters_order_and_anchors_in_both_directions,
-            ),
-            (
-                "pages_messages_by_seq_with_cursors_in_both_directions",
-                pages_messages_by_seq_with_cursors_in_both_directions,
-            ),
-            (
-                "context_returns_the_transcript_and_names_an_undecodable_message",
-                context_returns_the_transcript_and_names_an_undecodable_message,
-            ),
-            (
-                "promotion_follows_delivery_modes_and_cutoffs",
-                promotion_follows_delivery_modes_and_cutoffs,
-            ),
-            (
-                "a_runner_appends_messages_and_publishes_its_own_events",
-                a_runner_appends_messages_and_publishes_its_own_events,
-            ),
-            (
-                "events_replay_then_follow_live_under_concurrent_publishing",
-                events_replay_then_follow_live_under_concurrent_publishing,
-            ),
-            (
-                "a_lagging_subscriber_sees_every_event_once_through_the_self_heal",
-                a_lagging_subscriber_sees_every_event_once_through_the_self_heal,
-            ),
-            (
-                "interrupt_fences_prompts_admitted_before_it_but_not_after",
-                interrupt_fences_prompts_admitted_before_it_but_not_after,
-            ),
-            (
-                "execution_controls_require_the_session",
-                execution_controls_require_the_session,
-            ),
-            (
-                "rejects_invalid_input_and_writes_nothing",
-                rejects_invalid_input_and_writes_nothing,
-            ),
-            (
-                "an_event_stream_ends_after_shutdown",
-                an_event_stream_ends_after_shutdown,
-            ),
-        ],
-    );
+    common::run_suite_on_postgres("postgres_backend_passes_the_session_service_suite");
 }

@@ -7,9 +7,9 @@
 //! database, then `DS_BENCH_CHILD=memory DS_BENCH_ARGS='{"db":"/tmp/m.db","n":5000,
 //! "idle_ms":20000}' valgrind --tool=massif <bench binary>` profiles the memory scenario.
 
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 use std::io::{BufRead as _, BufReader, Write as _};
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 use std::process::{Child, ChildStdin, ChildStdout};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -76,9 +76,9 @@ pub fn dispatch() -> Option<ExitCode> {
             "memory-floor" => crate::memory::floor_child(&args),
             "seed" => crate::db::seed_child(&args),
             "growth-turns" => crate::growth::turns_child(&args),
-            #[cfg(feature = "postgres")]
+            #[cfg(feature = "testing-postgres")]
             "pg-turns" => crate::postgres_node::turns_child(&args),
-            #[cfg(feature = "postgres")]
+            #[cfg(feature = "testing-postgres")]
             "pg-owner" => crate::postgres_node::owner_child(&args),
             #[cfg(feature = "http")]
             "sse-server" => crate::sse_server::child(&args),
@@ -104,11 +104,11 @@ pub fn field(value: &Value, name: &str) -> BenchResult<f64> {
         .ok_or_else(|| format!("child result lacks `{name}`: {value}").into())
 }
 
-/// A child the parent talks to while it runs (a node of a cluster; feature `postgres`): it
+/// A child the parent talks to while it runs (a node of a cluster; feature `testing-postgres`): it
 /// announces steps with [`announce`] lines, waits for the parent's [`Live::send`] with
 /// [`from_parent`], and prints its `DS_BENCH_RESULT` line at the end. Killed (`SIGKILL`) and
 /// reaped on drop.
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 #[derive(Debug)]
 pub struct Live {
     kind: String,
@@ -118,10 +118,10 @@ pub struct Live {
 }
 
 /// The prefix of a step a live child announces: `DS_BENCH_STEP <name> <json>`.
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 const STEP: &str = "DS_BENCH_STEP ";
 
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 impl Live {
     /// Starts the child scenario `kind` with `args`, its stdin and stdout piped to us.
     pub fn start(kind: &str, args: &Value) -> BenchResult<Self> {
@@ -197,7 +197,7 @@ impl Live {
     }
 }
 
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 impl Drop for Live {
     fn drop(&mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
@@ -208,7 +208,7 @@ impl Drop for Live {
 }
 
 /// In a live child: tells the parent that `step` was reached, with `value`.
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 pub fn announce(step: &str, value: &Value) {
     println!("{STEP}{step} {value}");
     let _ = std::io::stdout().flush();
@@ -216,7 +216,7 @@ pub fn announce(step: &str, value: &Value) {
 
 /// In a live child: resolves with the next line the parent sends (empty once it closed our
 /// stdin). The line is read on a thread of its own, so the actix system keeps running.
-#[cfg(feature = "postgres")]
+#[cfg(feature = "testing-postgres")]
 pub fn from_parent() -> futures::channel::oneshot::Receiver<String> {
     let (tx, rx) = futures::channel::oneshot::channel();
     std::thread::spawn(move || {

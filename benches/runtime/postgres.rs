@@ -1,4 +1,4 @@
-//! `postgres` (feature `postgres`, issue #13): the runtime on PostgreSQL, against a throwaway
+//! `postgres` (feature `testing-postgres`, issue #13): the runtime on PostgreSQL, against a throwaway
 //! local cluster with the stock settings (`fsync` and `synchronous_commit` on), a fresh
 //! database for every measurement. Per repeat:
 //!

@@ -75,7 +75,7 @@ impl Counting {
     }
 
     /// Counts towards `target` drain starts; every drain stays pending until cancelled.
-    #[cfg(feature = "postgres")]
+    #[cfg(feature = "testing-postgres")]
     pub fn holding(target: usize) -> Self {
         Self {
             hold: true,
@@ -84,7 +84,7 @@ impl Counting {
     }
 
     /// When the first drain started, if one did.
-    #[cfg(feature = "postgres")]
+    #[cfg(feature = "testing-postgres")]
     pub fn first(&self) -> Option<Instant> {
         *self
             .state

@@ -1,4 +1,5 @@
-//! A throwaway PostgreSQL cluster for tests and benchmarks (feature `postgres`, Unix only).
+//! A throwaway PostgreSQL cluster for tests and benchmarks (feature `testing-postgres`, Unix
+//! only).
 //!
 //! [`PgCluster::start`] builds a private cluster from the PostgreSQL binaries installed on the
 //! machine (the Debian `postgresql` package puts them in `/usr/lib/postgresql/<major>/bin`):

@@ -15,12 +15,12 @@ mod server;
 #[cfg(feature = "http")]
 pub mod web;
 
-#[cfg(feature = "postgres")]
-pub use backend::on_postgres;
 pub use backend::{
-    await_killed_node, await_no_live_node, fresh_database, is_postgres, on_postgres_now, Case,
-    CRASH_LEASE,
+    await_killed_node, await_no_live_node, fresh_database, is_postgres, on_postgres_now,
+    sqlite_only, test_names, CRASH_LEASE, OWN_CLUSTER_PREFIX, POSTGRES_ENV,
 };
+#[cfg(feature = "testing-postgres")]
+pub use backend::{postgres_only, run_suite_on_postgres};
 
 pub use events::{next_commit, wait_for_event, wait_until_committed};
 pub use harness::{Harness, HarnessBuilder};
