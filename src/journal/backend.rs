@@ -21,73 +21,34 @@
 
 use serde_json::Value;
 
-use super::rules::{self, Scan, Settlement};
+use super::rules::{self, Scan};
 use super::turn_write::TurnWrite;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::records::{
-    Admission, ClaimState, Delivery, ListQuery, Message, MessagesQuery, Order, SessionInfo,
-};
+use crate::records::{Admission, Delivery, Message, MessagesQuery, Order};
 
 mod ownership;
+mod rows;
 
 pub(crate) use ownership::{ClaimedTurn, Nudge, Ownership, Route, Signal};
+pub(crate) use rows::{
+    settle_inbox, ClaimRows, EventRows, InputRows, MessageRows, OwnershipRows, RetentionRows,
+    SessionRows, TurnRows,
+};
 
-/// The statements of the store, on one connection, inside the caller's transaction.
-///
-/// A method never opens or ends a transaction: the writer decides the boundary (a savepoint per
-/// request, a transaction per batch), so a request is atomic whatever it calls.
-pub(crate) trait Store {
-    // --- sessions -------------------------------------------------------------------------
-
-    /// The stored session, if any.
-    fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError>;
-    /// Whether the session is stored.
-    fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError>;
-    /// Inserts the session with its `session.created` event; an id stored already returns the
-    /// stored row and no event.
-    fn create_session(
-        &mut self,
-        info: &SessionInfo,
-    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError>;
-    /// Sessions matching `query`, keyset-paged.
-    fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError>;
-
-    // --- the event log --------------------------------------------------------------------
-
-    /// Appends a runtime event (next seq of its session), runs its projection, returns it.
-    fn append(
-        &mut self,
-        session: &SessionId,
-        event: &SessionEvent,
-        now: i64,
-    ) -> Result<EventRecord, StoreError>;
-    /// Appends an event given by wire name and payload (a runner-defined event, or a built-in
-    /// one by name: its projection runs), returns it.
-    fn publish(
-        &mut self,
-        session: &SessionId,
-        kind: &str,
-        data: &Value,
-        now: i64,
-    ) -> Result<EventRecord, StoreError>;
-    /// Runs the projection of a stored event again (the rebuild of the inbox and transcript).
-    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError>;
-    /// Up to `limit` events of `session` with seq greater than `after` (all when `None`).
-    fn events_after(
-        &mut self,
-        session: &SessionId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<EventRecord>, StoreError>;
-    /// The seq of the session's latest `session.interrupt.requested`, if any.
-    fn latest_interrupt_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
-
-    // --- the inbox ------------------------------------------------------------------------
-
-    /// The stored admission of input `id`, pending or promoted.
-    fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError>;
+/// Every statement of an engine ([`SessionRows`] … [`TurnRows`]), and what composes them
+/// with a rule, written once here for every engine: promotion, paging, settle, served inputs.
+pub(crate) trait Store:
+    SessionRows
+    + EventRows
+    + InputRows
+    + MessageRows
+    + ClaimRows
+    + RetentionRows
+    + OwnershipRows
+    + TurnRows
+{
     /// Admits a prompt: `session.prompt.admitted` and its inbox row (the event is `None` when
     /// the id was admitted already). An id already in a transcript is a conflict, and nothing
     /// is written. (The journal's admission checks first, then calls [`admit_new`].)
@@ -111,8 +72,6 @@ pub(crate) trait Store {
         let (admission, event) = admit_new(self, session, id, prompt, delivery, now)?;
         Ok((admission, Some(event)))
     }
-    /// The session's pending inputs, in admission order.
-    fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError>;
     /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`),
     /// in admission order ([`rules::steer_due`]).
     fn promote_steer(
@@ -135,55 +94,6 @@ pub(crate) trait Store {
         let due = rules::queue_due(self.pending_inputs(session)?);
         due.map(|input| promote(self, input, now)).transpose()
     }
-    /// Marks a pending input as owed a turn (its wake mark).
-    fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError>;
-    /// Drops the wake marks of every pending input of `session`.
-    fn clear_wakes(&mut self, session: &SessionId) -> Result<(), StoreError>;
-    /// Drops the wake marks of the pending inputs of `session` admitted before `seq`.
-    fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError>;
-    /// Holds `session`'s admissions until the transaction ends: one another node has in
-    /// flight commits first, a later one takes a seq after this transaction's events
-    /// (PostgreSQL: the sequence row `FOR UPDATE`). Single-node engines: nothing.
-    fn hold_admissions(&mut self, session: &SessionId) -> Result<(), StoreError> {
-        let _ = session;
-        Ok(())
-    }
-    /// Whether `session` holds a pending input owed a turn.
-    fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError>;
-
-    // --- the transcript -------------------------------------------------------------------
-
-    /// Appends a transcript message with its `session.message.appended` event.
-    fn append_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        data: &Value,
-        now: i64,
-    ) -> Result<EventRecord, StoreError>;
-    /// Message `id` if it belongs to `session`.
-    fn get_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<Message>, StoreError>;
-    /// The seq of message `id` in `session`'s transcript (a page's cursor).
-    fn message_seq(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<u64>, StoreError>;
-    /// The messages of `session` in the range `scan` names, in its order: one range scan of
-    /// the `(session_id, seq)` index.
-    fn scan_messages(
-        &mut self,
-        session: &SessionId,
-        scan: Scan,
-    ) -> Result<Vec<Message>, StoreError>;
-    /// Whether `session`'s transcript holds a `user` message with seq greater than `seq` (a
-    /// turn claimed at `seq` promoted a prompt).
-    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError>;
     /// One page of a transcript, keyset-paged ([`rules::page`]).
     fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError> {
         let anchor = match &query.cursor {
@@ -228,113 +138,10 @@ pub(crate) trait Store {
         tail.reverse();
         Ok(tail)
     }
-    /// The session whose transcript holds message `id`, if any.
-    fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError>;
-    /// The first message of `session` whose stored payload cannot be decoded.
-    fn undecodable_message(&mut self, session: &SessionId)
-        -> Result<Option<MessageId>, StoreError>;
-    /// Deletes the inbox and transcript rows of `session` (before a rebuild from its log).
-    fn delete_projections(&mut self, session: &SessionId) -> Result<(), StoreError>;
-    /// How many inbox and transcript rows `session` has.
-    fn projection_counts(&mut self, session: &SessionId) -> Result<(usize, usize), StoreError>;
-
-    // --- claims and the restart sweep -----------------------------------------------------
-
-    /// The claim bookkeeping of `id`, or `None` when the session is not stored.
-    fn claim_state(&mut self, id: &SessionId) -> Result<Option<ClaimState>, StoreError>;
-    /// The seq of the event that took the session's current claim.
-    fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
-    /// How many sessions hold a claim, and `now` minus the oldest claim's time.
-    fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError>;
-    /// Settles, while the claim is held, the inbox of a turn that ends for good
-    /// ([`rules::settle`]): marks the queued prompt owed the next turn and returns its
-    /// admission seq, or drops the wake marks the turn had its chance to serve.
+    /// [`settle_inbox`] on this store.
     fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        self.hold_admissions(session)?;
-        let pending = self.pending_inputs(session)?;
-        if pending.is_empty() {
-            return Ok(None);
-        }
-        let fence = self.latest_interrupt_seq(session)?;
-        let claim = self.claim_seq(session)?;
-        let settlement = rules::settle(&pending, fence, claim, || match claim {
-            Some(claim) => self.user_message_after(session, claim),
-            None => Ok(false),
-        })?;
-        match settlement {
-            Settlement::Nothing => Ok(None),
-            Settlement::Owe(seq) => {
-                if let Some(input) = pending.iter().find(|input| input.admitted_seq == seq) {
-                    self.mark_wake(&input.id)?;
-                }
-                Ok(Some(seq))
-            }
-            Settlement::Forgive { claim } => {
-                self.clear_wakes_before(session, claim)?;
-                Ok(None)
-            }
-        }
+        settle_inbox(self, session)
     }
-    /// Claimed top-level sessions, oldest claim first, except those claimed by `exclude_boot`.
-    fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError>;
-    /// The top-level sessions `boot` holds a claim on, with the seq each claim was taken at.
-    fn own_claims(&mut self, boot: &str) -> Result<Vec<(SessionId, u64)>, StoreError>;
-    /// Unclaimed top-level sessions holding a pending input owed a turn.
-    fn adoptable(&mut self) -> Result<Vec<SessionId>, StoreError>;
-    /// Counts one resume attempt of a session claimed by another boot and takes the claim for
-    /// `boot`; `None` when it is no longer claimed by another boot.
-    fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError>;
-    /// Counts one more attempt of the turn `boot` itself claimed at seq `claim` (a turn of this
-    /// process the store failed under, resumed in place); `None` when that claim is not held.
-    fn count_own_resume(
-        &mut self,
-        id: &SessionId,
-        boot: &str,
-        claim: u64,
-    ) -> Result<Option<u32>, StoreError>;
-    /// Counts one attempt of an unclaimed session owed a turn; `None` when it is claimed.
-    fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError>;
-    /// [`Store::count_resume`] of each of `ids`, in their order: those counted, with their
-    /// attempts. An engine where each statement is a round trip may count them all in one.
-    fn count_resumes(
-        &mut self,
-        ids: &[SessionId],
-        boot: &str,
-    ) -> Result<Vec<(SessionId, u32)>, StoreError> {
-        let mut counted = Vec::with_capacity(ids.len());
-        for id in ids {
-            if let Some(attempts) = self.count_resume(id, boot)? {
-                counted.push((id.clone(), attempts));
-            }
-        }
-        Ok(counted)
-    }
-    /// What the sweep reads of a turn claimed by `boot`: `None` when `id` holds no claim of
-    /// `boot` (or is gone); else the seq that took the claim ([`Store::claim_seq`]) and the
-    /// latest interrupt request ([`Store::latest_interrupt_seq`]). An engine may read them in
-    /// one statement.
-    fn claimed_turn(
-        &mut self,
-        id: &SessionId,
-        boot: &str,
-    ) -> Result<Option<ClaimedTurn>, StoreError> {
-        let claimed = self
-            .claim_state(id)?
-            .is_some_and(|c| c.time_suspended.is_some() && c.claim_boot.as_deref() == Some(boot));
-        if !claimed {
-            return Ok(None);
-        }
-        let fence = self.latest_interrupt_seq(id)?;
-        let claim = self.claim_seq(id)?;
-        Ok(Some(ClaimedTurn { claim, fence }))
-    }
-    /// The inputs whose prompts entered `session`'s transcript after seq `claim`, in
-    /// promotion order.
-    fn promoted_after(
-        &mut self,
-        session: &SessionId,
-        claim: u64,
-    ) -> Result<Vec<Admission>, StoreError>;
     /// The inputs the turn claimed at `claim` promoted and had not finished, less those a
     /// user interrupt request at `fence` stopped ([`rules::served`]).
     fn served_inputs(
@@ -349,139 +156,19 @@ pub(crate) trait Store {
             fence,
         ))
     }
-    /// Marks the `user` messages of `session` promoted after `claim` as interrupted.
-    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError>;
-    /// Releases every claimed child session no live turn holds: claimed by a boot other than
-    /// `boot` (this process's turns are live) and, with several nodes, not owned by another live
-    /// node (whose turns are live too); returns how many.
-    fn release_child_claims(&mut self, boot: &str) -> Result<usize, StoreError>;
+}
 
-    // --- deletion and retention -----------------------------------------------------------
-
-    /// `session` and every session below it (its children, theirs…), `session` first; empty
-    /// when it is not stored.
-    fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError>;
-    /// Holds the rows of `sessions` until the transaction ends, so that no other node's claim
-    /// or turn write commits between this request's checks and its writes (PostgreSQL:
-    /// `SELECT … FOR UPDATE`). Single-node engines: nothing (one writer serializes every write).
-    fn lock_sessions(&mut self, sessions: &[SessionId]) -> Result<(), StoreError>;
-    /// Deletes every row keyed by `session` — its row, inbox, transcript, event log and seq
-    /// counter — and, with several nodes, tells the others (delivered at COMMIT). Sessions
-    /// below it are not touched: the journal deletes a whole tree, one session at a time.
-    fn delete_session(&mut self, session: &SessionId) -> Result<(), StoreError>;
-    /// The seq of the session's newest event (its seq counter), `None` before its first.
-    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
-    /// The first seq the session's log still holds for replay: 0 until events were compacted;
-    /// `None` when the session is not stored.
-    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
-    /// Up to `limit` unclaimed sessions whose log holds more than `keep_last` events and whose
-    /// newest event was committed before `idle_before` (ms).
-    fn compactable(
-        &mut self,
-        keep_last: u64,
-        idle_before: i64,
-        limit: usize,
-    ) -> Result<Vec<SessionId>, StoreError>;
-    /// Compacts the log of `session` if it still qualifies (see [`Store::compactable`]):
-    /// deletes its events below the new start (its newest seq + 1 − `keep_last`) except the
-    /// latest interrupt request (the durable interrupt fence, kept and hidden from replay), and
-    /// records the new start. Returns the new start and how many events were deleted.
-    fn compact(
-        &mut self,
-        session: &SessionId,
-        keep_last: u64,
-        idle_before: i64,
-    ) -> Result<Option<(u64, usize)>, StoreError>;
-
-    // --- ownership (several nodes over one database) --------------------------------------
-
-    /// Takes `session` for this node if no live node owns it (a new epoch), or returns the
-    /// epoch this node holds; [`Ownership::Elsewhere`] when a live node owns it. Single-node
-    /// engines: `Owned { epoch: 0 }` for every stored session.
-    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError>;
-    /// [`Store::acquire`], with the generation of the node id it ran under (what a
-    /// [`Signal::LeaseLost`] of that generation fences). Single-node engines: generation 0,
-    /// which no signal names.
-    fn acquire_under(&mut self, session: &SessionId) -> Result<(Ownership, u64), StoreError> {
-        Ok((self.acquire(session)?, 0))
-    }
-    /// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch`; holds the
-    /// session's row until COMMIT, so no change of owner commits between the check and the
-    /// request's writes. Every write of a turn calls it first. Single-node engines: Ok for
-    /// every stored session. A session that is not stored (deleted under a running turn) is
-    /// fenced on every engine: the turn writes nothing more to it.
-    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError>;
-    /// Gives up this node's ownership of `sessions` (passivated actors, a graceful shutdown).
-    /// Claims are kept. Single-node engines: nothing.
-    #[allow(dead_code)] // called by the multi-node runtime
-    fn release_ownership(&mut self, sessions: &[SessionId]) -> Result<(), StoreError>;
-    /// Where `nudge` for `session` must be carried out: here, or on the live node that owns
-    /// it, which this call notifies in the current transaction. Single-node engines: `Local`.
-    fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError>;
-
-    /// What other nodes asked of the sessions this node owns that may never have reached it
-    /// (their notification was lost): a wake for each unclaimed session holding an input owed a
-    /// turn, admitted before `before` (ms); an interrupt for each claimed session whose latest
-    /// interrupt request, made before `before`, is newer than its claim. Single-node engines
-    /// lose no notification: nothing.
-    fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError>;
-
-    // --- a turn's two writes (each one request of the writer) ------------------------------
-
-    /// Claims a turn of `session` for boot `boot`: [`Store::check_fence`], then appends
-    /// `session.execution.started` (whose projection takes the claim) and returns it. An engine
-    /// where each statement is a round trip may do all of it in one.
-    fn claim_turn(
-        &mut self,
-        session: &SessionId,
-        epoch: u64,
-        boot: &str,
-        now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        self.check_fence(session, epoch)?;
-        let boot = boot.to_owned();
-        self.append(session, &SessionEvent::ExecutionStarted { boot }, now)
-    }
-
-    /// Records the terminal `event` of a turn of `session`: [`Store::check_fence`], then, for
-    /// a terminal that releases the claim, [`Store::settle`] (decided while the claim is
-    /// held), then appends `event` (whose projection releases the claim). Returns what `settle`
-    /// decided and the event. An engine where each statement is a round trip may do the common
-    /// case in one.
-    fn settle_turn(
-        &mut self,
-        session: &SessionId,
-        epoch: u64,
-        event: &SessionEvent,
-        now: i64,
-    ) -> Result<(Option<u64>, EventRecord), StoreError> {
-        self.check_fence(session, epoch)?;
-        let next = if event.releases_claim() {
-            self.settle(session)?
-        } else {
-            None
-        };
-        let record = self.append(session, event, now)?;
-        Ok((next, record))
-    }
-
-    /// Runs `turns` (claims and terminals of distinct sessions, in this order) ahead of the
-    /// requests that make them, which then take the results from their own
-    /// [`Store::claim_turn`] and [`Store::settle_turn`] calls, made in the same order with the
-    /// same arguments. An engine where each statement is a round trip does all of them in one;
-    /// default: nothing (each call then runs its statements). An error aborts the transaction
-    /// like any failed statement.
-    fn prepare_turns(&mut self, turns: &[&TurnWrite], now: i64) -> Result<(), StoreError> {
-        let _ = (turns, now);
-        Ok(())
-    }
-
-    /// The SQLite connection under this store, for the writer's unit tests (which write raw
-    /// rows); `None` for another engine.
-    #[cfg(test)]
-    fn as_sqlite(&mut self) -> Option<&rusqlite::Connection> {
-        None
-    }
+impl<T> Store for T where
+    T: SessionRows
+        + EventRows
+        + InputRows
+        + MessageRows
+        + ClaimRows
+        + RetentionRows
+        + OwnershipRows
+        + TurnRows
+        + ?Sized
+{
 }
 
 /// When the writer offers the engine its housekeeping ([`WriterConnection::maintain`]).

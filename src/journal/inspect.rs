@@ -92,7 +92,7 @@ fn postgres_url(path: &Path) -> Option<String> {
 /// Runs `work` on a connection of its own to the PostgreSQL database at `url` (on a thread of
 /// its own when called inside a tokio runtime, where the sync client cannot run).
 #[cfg(feature = "postgres")]
-use super::backend::Store as _;
+use super::backend::ClaimRows as _;
 
 #[cfg(feature = "postgres")]
 fn on_postgres<T: Send + 'static>(

@@ -7,12 +7,15 @@ use super::{claim, event, input, message, ownership, retention, session, turn};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
+use crate::journal::backend::{
+    ClaimRows, ClaimedTurn, EventRows, InputRows, MessageRows, Nudge, Ownership, OwnershipRows,
+    RetentionRows, Route, SessionRows, TurnRows,
+};
 use crate::journal::rules::Scan;
 use crate::journal::turn_write::TurnWrite;
 use crate::records::{Admission, ClaimState, ListQuery, Message, SessionInfo};
 
-impl Store for PgConn {
+impl SessionRows for PgConn {
     fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         session::get_session(self, id)
     }
@@ -31,7 +34,9 @@ impl Store for PgConn {
     fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
         session::list_sessions(self, query)
     }
+}
 
+impl EventRows for PgConn {
     fn append(
         &mut self,
         session: &SessionId,
@@ -68,32 +73,22 @@ impl Store for PgConn {
         event::latest_interrupt_seq(self, session)
     }
 
+    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        event::latest_seq(self, session)
+    }
+
+    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        retention::log_start(self, session)
+    }
+}
+
+impl InputRows for PgConn {
     fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError> {
         claim::clear_wakes_before(self, session, seq)
     }
 
     fn hold_admissions(&mut self, session: &SessionId) -> Result<(), StoreError> {
         claim::hold_admissions(self, session)
-    }
-
-    fn message_seq(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<u64>, StoreError> {
-        message::message_seq(self, session, id)
-    }
-
-    fn scan_messages(
-        &mut self,
-        session: &SessionId,
-        scan: Scan,
-    ) -> Result<Vec<Message>, StoreError> {
-        message::scan_messages(self, session, scan)
-    }
-
-    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
-        claim::user_message_after(self, session, seq)
     }
 
     fn promoted_after(
@@ -122,6 +117,28 @@ impl Store for PgConn {
 
     fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError> {
         claim::owes_turn(self, session)
+    }
+}
+
+impl MessageRows for PgConn {
+    fn message_seq(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<u64>, StoreError> {
+        message::message_seq(self, session, id)
+    }
+
+    fn scan_messages(
+        &mut self,
+        session: &SessionId,
+        scan: Scan,
+    ) -> Result<Vec<Message>, StoreError> {
+        message::scan_messages(self, session, scan)
+    }
+
+    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
+        claim::user_message_after(self, session, seq)
     }
 
     fn append_message(
@@ -162,6 +179,12 @@ impl Store for PgConn {
         message::projection_counts(self, session)
     }
 
+    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
+        claim::mark_interrupted(self, session, claim)
+    }
+}
+
+impl ClaimRows for PgConn {
     fn claim_state(&mut self, id: &SessionId) -> Result<Option<ClaimState>, StoreError> {
         claim::claim_state(self, id)
     }
@@ -219,14 +242,12 @@ impl Store for PgConn {
         claim::claimed_turn(self, id, boot)
     }
 
-    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
-        claim::mark_interrupted(self, session, claim)
-    }
-
     fn release_child_claims(&mut self, boot: &str) -> Result<usize, StoreError> {
         claim::release_child_claims(self, boot)
     }
+}
 
+impl RetentionRows for PgConn {
     fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {
         retention::session_tree(self, session)
     }
@@ -237,14 +258,6 @@ impl Store for PgConn {
 
     fn delete_session(&mut self, session: &SessionId) -> Result<(), StoreError> {
         retention::delete_session(self, session)
-    }
-
-    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        event::latest_seq(self, session)
-    }
-
-    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        retention::log_start(self, session)
     }
 
     fn compactable(
@@ -264,7 +277,9 @@ impl Store for PgConn {
     ) -> Result<Option<(u64, usize)>, StoreError> {
         retention::compact(self, session, keep_last, idle_before)
     }
+}
 
+impl OwnershipRows for PgConn {
     fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
         Ok(ownership::acquire(self, session)?.0)
     }
@@ -288,7 +303,9 @@ impl Store for PgConn {
     fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
         ownership::missed_nudges(self, before)
     }
+}
 
+impl TurnRows for PgConn {
     fn claim_turn(
         &mut self,
         session: &SessionId,

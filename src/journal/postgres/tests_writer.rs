@@ -12,6 +12,7 @@ use super::writer::{events_payload, MAX_PAYLOAD};
 use super::{event, schema, PgWriter};
 use crate::error::StoreError;
 use crate::event::kind;
+use crate::journal::backend::{EventRows, InputRows, OwnershipRows};
 use crate::journal::backend::{Nudge, Store, WriterConnection};
 use crate::journal::sqlite::test_support::{mid, sid};
 use crate::records::Delivery;

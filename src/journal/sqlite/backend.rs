@@ -8,52 +8,16 @@ use serde_json::Value;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{ClaimedTurn, Nudge, Ownership, Route, Store};
+use crate::journal::backend::{
+    ClaimRows, ClaimedTurn, EventRows, InputRows, MessageRows, Nudge, Ownership, OwnershipRows,
+    RetentionRows, Route, SessionRows, TurnRows,
+};
 use crate::journal::rules::Scan;
 use crate::journal::sqlite::{self, streams};
 use crate::records::{Admission, ClaimState, ListQuery, Message, SessionInfo};
 
 /// One process owns a SQLite file (its lock): it owns every session, at epoch 0.
-impl Store for Connection {
-    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
-        Ok(if sqlite::session_exists(self, session)? {
-            Ownership::Owned { epoch: 0 }
-        } else {
-            Ownership::Missing
-        })
-    }
-
-    /// Fenced only when the session is not stored (deleted under the turn).
-    /// A session whose log number the writer remembers exists (the number is deleted with
-    /// the session, and forgotten then: see `sqlite::streams`); any other is probed.
-    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError> {
-        if streams::lookup(session).is_some() || sqlite::session_exists(self, session)? {
-            Ok(())
-        } else {
-            Err(StoreError::Fenced {
-                session_id: session.clone(),
-                epoch,
-            })
-        }
-    }
-
-    fn release_ownership(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    fn route(&mut self, _session: &SessionId, _nudge: Nudge) -> Result<Route, StoreError> {
-        Ok(Route::Local)
-    }
-
-    fn missed_nudges(&mut self, _before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
-        Ok(Vec::new())
-    }
-
-    #[cfg(test)]
-    fn as_sqlite(&mut self) -> Option<&Connection> {
-        Some(self)
-    }
-
+impl SessionRows for Connection {
     fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
         sqlite::get_session(self, id)
     }
@@ -72,7 +36,9 @@ impl Store for Connection {
     fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
         sqlite::list_sessions(self, query)
     }
+}
 
+impl EventRows for Connection {
     fn append(
         &mut self,
         session: &SessionId,
@@ -109,28 +75,18 @@ impl Store for Connection {
         sqlite::latest_interrupt_seq(self, session)
     }
 
+    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        sqlite::latest_seq(self, session)
+    }
+
+    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
+        sqlite::log_start(self, session)
+    }
+}
+
+impl InputRows for Connection {
     fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError> {
         sqlite::clear_wakes_before(self, session, seq)
-    }
-
-    fn message_seq(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<u64>, StoreError> {
-        sqlite::message_seq(self, session, id)
-    }
-
-    fn scan_messages(
-        &mut self,
-        session: &SessionId,
-        scan: Scan,
-    ) -> Result<Vec<Message>, StoreError> {
-        sqlite::scan_messages(self, session, scan)
-    }
-
-    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
-        sqlite::user_message_after(self, session, seq)
     }
 
     fn promoted_after(
@@ -159,6 +115,28 @@ impl Store for Connection {
 
     fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError> {
         sqlite::owes_turn(self, session)
+    }
+}
+
+impl MessageRows for Connection {
+    fn message_seq(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<u64>, StoreError> {
+        sqlite::message_seq(self, session, id)
+    }
+
+    fn scan_messages(
+        &mut self,
+        session: &SessionId,
+        scan: Scan,
+    ) -> Result<Vec<Message>, StoreError> {
+        sqlite::scan_messages(self, session, scan)
+    }
+
+    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
+        sqlite::user_message_after(self, session, seq)
     }
 
     fn append_message(
@@ -199,6 +177,12 @@ impl Store for Connection {
         sqlite::projection_counts(self, session)
     }
 
+    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
+        sqlite::mark_interrupted(self, session, claim)
+    }
+}
+
+impl ClaimRows for Connection {
     fn claim_state(&mut self, id: &SessionId) -> Result<Option<ClaimState>, StoreError> {
         sqlite::claim_state(self, id)
     }
@@ -248,14 +232,12 @@ impl Store for Connection {
         sqlite::count_adoption(self, id)
     }
 
-    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
-        sqlite::mark_interrupted(self, session, claim)
-    }
-
     fn release_child_claims(&mut self, boot: &str) -> Result<usize, StoreError> {
         sqlite::release_child_claims(self, boot)
     }
+}
 
+impl RetentionRows for Connection {
     fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {
         sqlite::session_tree(self, session)
     }
@@ -266,14 +248,6 @@ impl Store for Connection {
 
     fn delete_session(&mut self, session: &SessionId) -> Result<(), StoreError> {
         sqlite::delete_session(self, session)
-    }
-
-    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        sqlite::latest_seq(self, session)
-    }
-
-    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        sqlite::log_start(self, session)
     }
 
     fn compactable(
@@ -292,6 +266,49 @@ impl Store for Connection {
         idle_before: i64,
     ) -> Result<Option<(u64, usize)>, StoreError> {
         sqlite::compact(self, session, keep_last, idle_before)
+    }
+}
+
+impl OwnershipRows for Connection {
+    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
+        Ok(if sqlite::session_exists(self, session)? {
+            Ownership::Owned { epoch: 0 }
+        } else {
+            Ownership::Missing
+        })
+    }
+
+    /// Fenced only when the session is not stored (deleted under the turn).
+    /// A session whose log number the writer remembers exists (the number is deleted with
+    /// the session, and forgotten then: see `sqlite::streams`); any other is probed.
+    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError> {
+        if streams::lookup(session).is_some() || sqlite::session_exists(self, session)? {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                session_id: session.clone(),
+                epoch,
+            })
+        }
+    }
+
+    fn release_ownership(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    fn route(&mut self, _session: &SessionId, _nudge: Nudge) -> Result<Route, StoreError> {
+        Ok(Route::Local)
+    }
+
+    fn missed_nudges(&mut self, _before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
+        Ok(Vec::new())
+    }
+}
+
+impl TurnRows for Connection {
+    #[cfg(test)]
+    fn as_sqlite(&mut self) -> Option<&Connection> {
+        Some(self)
     }
 }
 
