@@ -1,13 +1,20 @@
 //! Schema migrations of the PostgreSQL store, numbered in `ds_schema.version` and applied in one
-//! transaction under an advisory lock, so that nodes starting together migrate once.
+//! transaction under an advisory lock, so that nodes starting together migrate once. Each
+//! migration's doc keeps the history of why; the tables as they are at the newest version:
 //!
-//! Version 1 is the SQLite store's version 3 (sessions with their claim bookkeeping, the event
-//! log, the sequence table, the inbox with its wake marks, the transcript with its interrupt
-//! marks, and the same partial indexes), plus what several nodes need: the `node` table, the
-//! owner and fencing epoch of each session, and the node and epoch of each event.
+//! | table | a row is | keyed by |
+//! |---|---|---|
+//! | `node` | a node sharing the database: its name, start and `lease_until` | `node_id` |
+//! | `session` | a session (as SQLite's `session`), its claim (`time_suspended`, `claim_seq`, `claim_boot`, `resume_attempts`), its owner (`owner_node`, fencing `owner_epoch`) and `log_start` | `id` |
+//! | `event` | an event of a session's log, with the `node` and `epoch` that wrote it | unique `(aggregate_id, seq)` |
+//! | `event_sequence` | a session's newest seq; locked until COMMIT by every append (writers of one session serialize on it) | `aggregate_id` |
+//! | `session_input` | an admitted prompt (as SQLite's), `wake` a boolean | `id`; pending `(session_id, admitted_seq)`; woken `session_id` |
+//! | `session_message` | a transcript message (as SQLite's) | `id`; unique `(session_id, seq)`; `(session_id, type, seq)` |
 //!
-//! Version 3 adds `ds_claim_turn` and `ds_settle_turn`: a turn's claim and its terminal in one
-//! round trip each (see `turn.rs`); version 5 adds `ds_turns`, a run of them in one.
+//! Server functions: `ds_append` (next seq and insert in one round trip), `ds_claim_turn` and
+//! `ds_settle_turn` (a turn's claim, or its terminal when no input is pending, in one round trip;
+//! the journal's rules define what they do, see `turn.rs`), `ds_turns` (a run of them).
+//! Ids, titles and directories use the `"C"` collation, so text compares as in SQLite.
 
 use postgres::Client;
 

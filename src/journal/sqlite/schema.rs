@@ -1,4 +1,19 @@
-//! Schema migrations keyed by `PRAGMA user_version`, applied in one transaction.
+//! Schema migrations keyed by `PRAGMA user_version`, applied in one transaction. Each
+//! migration's doc keeps the history of why; the tables as they are at the newest version:
+//!
+//! | table | a row is | keyed by |
+//! |---|---|---|
+//! | `session` | a session: parent, title, directory, agent, model, metadata, times, and `log_start` (the first seq a replay returns) | `id` |
+//! | `session_claim` | a claimed session (`time_suspended`, `claim_seq`, `claim_boot`), or one whose adoption the sweep counted (`resume_attempts`); only such sessions have a row | `session_id` |
+//! | `event` | an event of a session's log: `type`, `data` (JSON), `time`; `stream` is its log's number, `recent` whether it is still indexed among the recent entries | rowid; unique `(stream, seq)` in `event_log` (settled) or `event_recent` (recent) |
+//! | `event_stream` | a segment of a session's log: its number `k` and first seq | `k`; `(aggregate_id, k, first_seq)` |
+//! | `event_floor` | the next seq of a session whose log a compaction emptied | `aggregate_id` |
+//! | `session_input` | an admitted prompt: `delivery`, `admitted_seq`, `promoted_seq` (NULL while pending), `wake` (owed a turn) | `id`; pending `(session_id, admitted_seq)`; woken `session_id` |
+//! | `session_message` | a transcript message: `type`, `seq`, `data`, `interrupted` | `id`; unique `(session_id, seq)`; `(session_id, type, seq)` |
+//! | `session_search` | the FTS5 trigram index of titles, kept by triggers on `session` | `rowid` of `session` |
+//!
+//! The latest interrupt request of a session is found through the partial index
+//! `event_interrupt` (`(aggregate_id, seq)` of `session.interrupt.requested` events).
 
 use rusqlite::{Connection, TransactionBehavior};
 
