@@ -163,8 +163,8 @@ impl OwnershipRows for PgConn {
     }
 
     /// Wakes and interrupts other nodes routed to sessions this node owns, as the rows hold them,
-    /// older than `before` (ms): see [`crate::journal::backend::Store::missed_nudges`]. Both reads
-    /// start from the sessions this node owns (`session_owner`).
+    /// older than `before` (ms): see [`OwnershipRows::missed_nudges`]. Both reads start from the
+    /// sessions this node owns (`session_owner`).
     fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
         let me = self.node_arc();
         let wakes = self.query(
