@@ -75,11 +75,11 @@ mod input;
 mod message;
 mod node;
 mod ownership;
+mod projection;
 mod readers;
 mod retention;
 mod schema;
 mod session;
-mod store;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

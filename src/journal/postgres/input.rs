@@ -1,13 +1,14 @@
-//! The prompt inbox (`session_input`): admission and steer/queue promotion (as the SQLite
-//! store's).
+//! The prompt inbox (`session_input`, [`InputRows`]): lookups, the pending inputs, wake marks,
+//! the admission hold and what a turn promoted (as the SQLite store's). Its rows are written by
+//! the projection (`projection`).
 
 use postgres::Row;
-use serde_json::Value;
 
 use super::conn::{Params, PgConn};
-use super::{json_text, json_value, message_id, seq_param, seq_value, session_id};
+use super::{json_value, message_id, seq_param, seq_value, session_id};
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
+use crate::journal::backend::InputRows;
 use crate::records::{Admission, Delivery};
 
 macro_rules! input_columns {
@@ -15,6 +16,7 @@ macro_rules! input_columns {
         "id, session_id, admitted_seq, prompt, delivery, time_created, promoted_seq"
     };
 }
+pub(super) use input_columns;
 
 /// Decodes a row of `input_columns!()`.
 fn decode(row: &Row) -> Result<Admission, StoreError> {
@@ -36,7 +38,7 @@ fn decode(row: &Row) -> Result<Admission, StoreError> {
 }
 
 /// Runs a query of inbox rows and decodes them.
-pub(super) fn query_inputs(
+fn query_inputs(
     conn: &mut PgConn,
     sql: &str,
     params: Params<'_>,
@@ -44,93 +46,99 @@ pub(super) fn query_inputs(
     conn.query(sql, params)?.iter().map(decode).collect()
 }
 
-/// The admission stored under `id`, pending or promoted, of any session.
-pub(crate) fn get_input(
-    conn: &mut PgConn,
-    id: &MessageId,
-) -> Result<Option<Admission>, StoreError> {
-    let row = conn.query_opt(
-        concat!(
-            "SELECT ",
-            input_columns!(),
-            " FROM session_input WHERE id = $1"
-        ),
-        &[&id.as_str()],
-    )?;
-    row.as_ref().map(decode).transpose()
-}
-
-/// Inserts a pending inbox row (the projection of `session.prompt.admitted`). An id already in
-/// the inbox or the transcript is a conflict.
-pub(super) fn insert_input(
-    conn: &mut PgConn,
-    session: &SessionId,
-    id: &MessageId,
-    admitted_seq: u64,
-    prompt: &Value,
-    delivery: Delivery,
-    time: i64,
-) -> Result<(), StoreError> {
-    let prompt = json_text(prompt)?;
-    // The transcript check and the insert in one statement (one round trip).
-    let inserted = conn.execute_or_conflict(
-        concat!(
-            "INSERT INTO session_input (",
-            input_columns!(),
-            ") SELECT $1, $2, $3, $4, $5, $6, NULL \
-             WHERE NOT EXISTS (SELECT 1 FROM session_message WHERE id = $1)"
-        ),
-        &[
-            &id.as_str(),
-            &session.as_str(),
-            &seq_param(admitted_seq),
-            &prompt,
-            &delivery.as_str(),
-            &time,
-        ],
-        || format!("prompt {id} cannot be admitted to session {session}"),
-    )?;
-    if inserted == 0 {
-        return Err(StoreError::Conflict(format!(
-            "prompt {id} is already in a transcript"
-        )));
+impl InputRows for PgConn {
+    /// The admission stored under `id`, pending or promoted, of any session.
+    fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError> {
+        let row = self.query_opt(
+            concat!(
+                "SELECT ",
+                input_columns!(),
+                " FROM session_input WHERE id = $1"
+            ),
+            &[&id.as_str()],
+        )?;
+        row.as_ref().map(decode).transpose()
     }
-    Ok(())
-}
 
-/// Marks a pending input promoted by event `seq`; unknown or already promoted is a conflict.
-pub(super) fn mark_promoted(
-    conn: &mut PgConn,
-    session: &SessionId,
-    id: &MessageId,
-    seq: u64,
-) -> Result<(), StoreError> {
-    let changed = conn.execute(
-        "UPDATE session_input SET promoted_seq = $3 \
-         WHERE id = $1 AND session_id = $2 AND promoted_seq IS NULL",
-        &[&id.as_str(), &session.as_str(), &seq_param(seq)],
-    )?;
-    if changed == 0 {
-        return Err(StoreError::Conflict(format!(
-            "prompt {id} is not pending in session {session}"
-        )));
+    /// `session`'s pending inputs in admission order.
+    fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError> {
+        query_inputs(
+            self,
+            concat!(
+                "SELECT ",
+                input_columns!(),
+                " FROM session_input WHERE session_id = $1 AND promoted_seq IS NULL \
+                 ORDER BY admitted_seq"
+            ),
+            &[&session.as_str()],
+        )
     }
-    Ok(())
-}
 
-/// `session`'s pending inputs in admission order.
-pub(crate) fn pending_inputs(
-    conn: &mut PgConn,
-    session: &SessionId,
-) -> Result<Vec<Admission>, StoreError> {
-    query_inputs(
-        conn,
-        concat!(
-            "SELECT ",
-            input_columns!(),
-            " FROM session_input WHERE session_id = $1 AND promoted_seq IS NULL \
-             ORDER BY admitted_seq"
-        ),
-        &[&session.as_str()],
-    )
+    /// Marks the pending input `id` as owed a turn (a no-op for a promoted input).
+    fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE session_input SET wake = true \
+             WHERE id = $1 AND promoted_seq IS NULL AND NOT wake",
+            &[&id.as_str()],
+        )?;
+        Ok(())
+    }
+
+    /// Drops the wake marks of every pending input of `session`.
+    fn clear_wakes(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE session_input SET wake = false \
+             WHERE session_id = $1 AND promoted_seq IS NULL AND wake",
+            &[&session.as_str()],
+        )?;
+        Ok(())
+    }
+
+    /// Drops the wake marks of `session`'s pending inputs admitted before `seq`.
+    fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError> {
+        self.execute(
+            "UPDATE session_input SET wake = false \
+             WHERE session_id = $1 AND promoted_seq IS NULL AND wake AND admitted_seq < $2",
+            &[&session.as_str(), &seq_param(seq)],
+        )?;
+        Ok(())
+    }
+
+    /// Holds `session`'s sequence row until COMMIT: an admission another node has in flight
+    /// commits first (and is seen by what this transaction reads next), a later one gets a seq
+    /// after this transaction's events.
+    fn hold_admissions(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        self.execute(
+            "SELECT 1 FROM event_sequence WHERE aggregate_id = $1 FOR UPDATE",
+            &[&session.as_str()],
+        )?;
+        Ok(())
+    }
+
+    /// Whether `session` holds a pending input owed a turn.
+    fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError> {
+        let row = self.query_one(
+            "SELECT EXISTS (SELECT 1 FROM session_input \
+             WHERE session_id = $1 AND promoted_seq IS NULL AND wake)",
+            &[&session.as_str()],
+        )?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// The inputs whose prompts entered `session`'s transcript after seq `claim`, in promotion
+    /// order.
+    fn promoted_after(
+        &mut self,
+        session: &SessionId,
+        claim: u64,
+    ) -> Result<Vec<Admission>, StoreError> {
+        query_inputs(
+            self,
+            "SELECT i.id, i.session_id, i.admitted_seq, i.prompt, i.delivery, i.time_created, \
+                    i.promoted_seq \
+             FROM session_message m JOIN session_input i ON i.id = m.id \
+             WHERE m.session_id = $1 AND m.type = 'user' AND m.seq > $2 ORDER BY m.seq",
+            &[&session.as_str(), &seq_param(claim)],
+        )
+    }
 }

@@ -8,121 +8,11 @@ use super::conn::PgConn;
 use super::{node_channel, seq_value};
 use crate::error::StoreError;
 use crate::id::SessionId;
-use crate::journal::backend::{Nudge, Ownership, Route};
-
-/// Takes `session` for this node unless a live node other than this one owns it: the epoch
-/// grows unless this node owns it already. One conditional update (the lease compared with
-/// the database's clock); when it takes nothing, the owner is read (and should that owner have
-/// released it in between, the update is tried again).
-///
-/// A session another boot left claimed (its node died or left mid-turn) is not taken here:
-/// that turn is the takeover's, which adopts it with the restart sweep's rules (an attempt
-/// counted, the restart notice, the resumption handed to the runner, `aborted` over budget, the
-/// interrupt fence). Taking it here would let a wake start a plain turn over the dead turn's
-/// claim. It reads as [`Ownership::Elsewhere`], naming the boot that holds the claim; the
-/// durable wake mark or interrupt request is served when the takeover resumes the turn.
-///
-/// Returns the generation of the node id it acquired as (one id throughout, however the node's
-/// id changes meanwhile).
-pub(crate) fn acquire(
-    conn: &mut PgConn,
-    session: &SessionId,
-) -> Result<(Ownership, u64), StoreError> {
-    let (generation, me) = conn.node_generation();
-    let owned = |ownership| Ok((ownership, generation));
-    for _ in 0..3 {
-        let taken = conn.query_opt(
-            concat!(
-                "UPDATE session AS s SET ",
-                take_ownership!("$2"),
-                " WHERE s.id = $1 AND ",
-                not_held_elsewhere!("$2"),
-                " AND (s.owner_node = $2 OR s.time_suspended IS NULL OR s.claim_boot = $2) \
-                 RETURNING s.owner_epoch"
-            ),
-            &[&session.as_str(), &&*me],
-        )?;
-        if let Some(row) = taken {
-            return owned(Ownership::Owned {
-                epoch: seq_value(row.try_get(0)?)?,
-            });
-        }
-        let owner = conn.query_opt(
-            "SELECT owner_node, CASE WHEN time_suspended IS NOT NULL THEN claim_boot END \
-             FROM session WHERE id = $1",
-            &[&session.as_str()],
-        )?;
-        match owner {
-            None => return owned(Ownership::Missing),
-            Some(row) => {
-                if let Some(node) = row.try_get::<_, Option<String>>(0)? {
-                    if node != *me {
-                        return owned(Ownership::Elsewhere { node });
-                    }
-                }
-                // Nobody owns it, and another boot's claim holds it: the takeover's.
-                if let Some(boot) = row.try_get::<_, Option<String>>(1)? {
-                    if boot != *me {
-                        return owned(Ownership::Elsewhere { node: boot });
-                    }
-                }
-            }
-        }
-    }
-    Err(StoreError::Inconsistent(format!(
-        "the owner of session {session} kept changing while it was acquired"
-    )))
-}
-
-/// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch` (a missing
-/// session is fenced too). The session's row stays locked (`FOR NO KEY UPDATE`: every change of
-/// owner waits, inserts that only reference the session do not) until the transaction ends.
-pub(crate) fn check_fence(
-    conn: &mut PgConn,
-    session: &SessionId,
-    epoch: u64,
-) -> Result<(), StoreError> {
-    let row = conn.query_opt(
-        "SELECT owner_node, owner_epoch FROM session WHERE id = $1 FOR NO KEY UPDATE",
-        &[&session.as_str()],
-    )?;
-    let fenced = || StoreError::Fenced {
-        session_id: session.clone(),
-        epoch,
-    };
-    let Some(row) = row else {
-        return Err(fenced());
-    };
-    let owner: Option<String> = row.try_get(0)?;
-    let current = seq_value(row.try_get(1)?)?;
-    if owner.as_deref() == Some(&*conn.node_arc()) && current == epoch {
-        Ok(())
-    } else {
-        Err(fenced())
-    }
-}
-
-/// Gives up this node's ownership of `sessions` (the epoch stays; the next owner increments
-/// it). Claims are kept.
-pub(crate) fn release_ownership(
-    conn: &mut PgConn,
-    sessions: &[SessionId],
-) -> Result<(), StoreError> {
-    if sessions.is_empty() {
-        return Ok(());
-    }
-    let me = conn.node_arc();
-    let ids: Vec<&str> = sessions.iter().map(SessionId::as_str).collect();
-    conn.execute(
-        "UPDATE session SET owner_node = NULL WHERE id = ANY($1) AND owner_node = $2",
-        &[&ids, &&*me],
-    )?;
-    Ok(())
-}
+use crate::journal::backend::{Nudge, Ownership, OwnershipRows, Route};
 
 /// The payload of a nudge on a node's channel: `{"session":<id>,"nudge":"wake"|"interrupt",
 /// "seq":<seq>}`.
-pub(crate) fn nudge_payload(session: &SessionId, nudge: Nudge) -> String {
+fn nudge_payload(session: &SessionId, nudge: Nudge) -> String {
     let (kind, seq) = match nudge {
         Nudge::Wake(seq) => ("wake", seq),
         Nudge::Interrupt(seq) => ("interrupt", seq),
@@ -130,79 +20,180 @@ pub(crate) fn nudge_payload(session: &SessionId, nudge: Nudge) -> String {
     json!({ "session": session.as_str(), "nudge": kind, "seq": seq }).to_string()
 }
 
-/// Where `nudge` must be carried out: on the live node other than this one that owns
-/// `session` (notified on its channel, delivered at COMMIT), else here — unless the session
-/// holds a turn another boot left claimed (its node died or left): that turn is the takeover's
-/// (see [`acquire`]), which serves the durable wake mark or interrupt request when it resumes
-/// the turn, so nothing is carried out here (`Remote` naming that boot, nobody notified).
-pub(crate) fn route(
-    conn: &mut PgConn,
-    session: &SessionId,
-    nudge: Nudge,
-) -> Result<Route, StoreError> {
-    let me = conn.node_arc();
-    let owner = conn.query_opt(
-        "SELECT s.owner_node FROM session s JOIN node n ON n.node_id = s.owner_node \
-         WHERE s.id = $1 AND s.owner_node <> $2 AND n.lease_until > now()",
-        &[&session.as_str(), &&*me],
-    )?;
-    let Some(row) = owner else {
-        let orphan = conn.query_opt(
-            "SELECT COALESCE(claim_boot, '') FROM session WHERE id = $1 \
-             AND time_suspended IS NOT NULL AND claim_boot IS DISTINCT FROM $2 \
-             AND owner_node IS DISTINCT FROM $2",
-            &[&session.as_str(), &&*me],
-        )?;
-        return Ok(match orphan {
-            Some(row) => Route::Remote {
-                node: row.try_get(0)?,
-            },
-            None => Route::Local,
-        });
-    };
-    let node: String = row.try_get(0)?;
-    let payload = nudge_payload(session, nudge);
-    conn.query_one(
-        "SELECT pg_notify($1, $2)",
-        &[&node_channel(&node), &payload],
-    )?;
-    Ok(Route::Remote { node })
-}
+impl OwnershipRows for PgConn {
+    /// [`OwnershipRows::acquire_under`], without the generation.
+    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
+        Ok(self.acquire_under(session)?.0)
+    }
 
-/// Wakes and interrupts other nodes routed to sessions this node owns, as the rows hold them,
-/// older than `before` (ms): see [`crate::journal::backend::Store::missed_nudges`]. Both reads
-/// start from the sessions this node owns (`session_owner`).
-pub(crate) fn missed_nudges(
-    conn: &mut PgConn,
-    before: i64,
-) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
-    let me = conn.node_arc();
-    let wakes = conn.query(
-        "SELECT i.session_id, MAX(i.admitted_seq) FROM session s \
-         JOIN session_input i ON i.session_id = s.id \
-         WHERE s.owner_node = $1 AND s.time_suspended IS NULL \
-           AND i.promoted_seq IS NULL AND i.wake AND i.time_created < $2 \
-         GROUP BY i.session_id ORDER BY i.session_id",
-        &[&&*me, &before],
-    )?;
-    let interrupts = conn.query(
-        "SELECT s.id, MAX(e.seq) FROM session s \
-         JOIN event e ON e.aggregate_id = s.id AND e.type = 'session.interrupt.requested' \
-           AND e.seq > COALESCE(s.claim_seq, 0) AND e.time < $2 \
-         WHERE s.owner_node = $1 AND s.time_suspended IS NOT NULL \
-         GROUP BY s.id ORDER BY s.id",
-        &[&&*me, &before],
-    )?;
-    let mut missed = Vec::with_capacity(wakes.len() + interrupts.len());
-    for (rows, nudge) in [
-        (wakes, Nudge::Wake as fn(u64) -> Nudge),
-        (interrupts, Nudge::Interrupt),
-    ] {
-        for row in rows {
-            let session = SessionId::new(row.try_get::<_, String>(0)?)
-                .map_err(|e| StoreError::Inconsistent(format!("stored session id: {e}")))?;
-            missed.push((session, nudge(seq_value(row.try_get(1)?)?)));
+    /// Takes `session` for this node unless a live node other than this one owns it: the epoch
+    /// grows unless this node owns it already. One conditional update (the lease compared with
+    /// the database's clock); when it takes nothing, the owner is read (and should that owner have
+    /// released it in between, the update is tried again).
+    ///
+    /// A session another boot left claimed (its node died or left mid-turn) is not taken here:
+    /// that turn is the takeover's, which adopts it with the restart sweep's rules (an attempt
+    /// counted, the restart notice, the resumption handed to the runner, `aborted` over budget, the
+    /// interrupt fence). Taking it here would let a wake start a plain turn over the dead turn's
+    /// claim. It reads as [`Ownership::Elsewhere`], naming the boot that holds the claim; the
+    /// durable wake mark or interrupt request is served when the takeover resumes the turn.
+    ///
+    /// Returns the generation of the node id it acquired as (one id throughout, however the node's
+    /// id changes meanwhile).
+    fn acquire_under(&mut self, session: &SessionId) -> Result<(Ownership, u64), StoreError> {
+        let (generation, me) = self.node_generation();
+        let owned = |ownership| Ok((ownership, generation));
+        for _ in 0..3 {
+            let taken = self.query_opt(
+                concat!(
+                    "UPDATE session AS s SET ",
+                    take_ownership!("$2"),
+                    " WHERE s.id = $1 AND ",
+                    not_held_elsewhere!("$2"),
+                    " AND (s.owner_node = $2 OR s.time_suspended IS NULL OR s.claim_boot = $2) \
+                     RETURNING s.owner_epoch"
+                ),
+                &[&session.as_str(), &&*me],
+            )?;
+            if let Some(row) = taken {
+                return owned(Ownership::Owned {
+                    epoch: seq_value(row.try_get(0)?)?,
+                });
+            }
+            let owner = self.query_opt(
+                "SELECT owner_node, CASE WHEN time_suspended IS NOT NULL THEN claim_boot END \
+                 FROM session WHERE id = $1",
+                &[&session.as_str()],
+            )?;
+            match owner {
+                None => return owned(Ownership::Missing),
+                Some(row) => {
+                    if let Some(node) = row.try_get::<_, Option<String>>(0)? {
+                        if node != *me {
+                            return owned(Ownership::Elsewhere { node });
+                        }
+                    }
+                    // Nobody owns it, and another boot's claim holds it: the takeover's.
+                    if let Some(boot) = row.try_get::<_, Option<String>>(1)? {
+                        if boot != *me {
+                            return owned(Ownership::Elsewhere { node: boot });
+                        }
+                    }
+                }
+            }
+        }
+        Err(StoreError::Inconsistent(format!(
+            "the owner of session {session} kept changing while it was acquired"
+        )))
+    }
+
+    /// Fails with [`StoreError::Fenced`] unless this node owns `session` at `epoch` (a missing
+    /// session is fenced too). The session's row stays locked (`FOR NO KEY UPDATE`: every change of
+    /// owner waits, inserts that only reference the session do not) until the transaction ends.
+    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError> {
+        let row = self.query_opt(
+            "SELECT owner_node, owner_epoch FROM session WHERE id = $1 FOR NO KEY UPDATE",
+            &[&session.as_str()],
+        )?;
+        let fenced = || StoreError::Fenced {
+            session_id: session.clone(),
+            epoch,
+        };
+        let Some(row) = row else {
+            return Err(fenced());
+        };
+        let owner: Option<String> = row.try_get(0)?;
+        let current = seq_value(row.try_get(1)?)?;
+        if owner.as_deref() == Some(&*self.node_arc()) && current == epoch {
+            Ok(())
+        } else {
+            Err(fenced())
         }
     }
-    Ok(missed)
+
+    /// Gives up this node's ownership of `sessions` (the epoch stays; the next owner increments
+    /// it). Claims are kept.
+    fn release_ownership(&mut self, sessions: &[SessionId]) -> Result<(), StoreError> {
+        if sessions.is_empty() {
+            return Ok(());
+        }
+        let me = self.node_arc();
+        let ids: Vec<&str> = sessions.iter().map(SessionId::as_str).collect();
+        self.execute(
+            "UPDATE session SET owner_node = NULL WHERE id = ANY($1) AND owner_node = $2",
+            &[&ids, &&*me],
+        )?;
+        Ok(())
+    }
+
+    /// Where `nudge` must be carried out: on the live node other than this one that owns `session`
+    /// (notified on its channel, delivered at COMMIT), else here — unless the session holds a turn
+    /// another boot left claimed (its node died or left): that turn is the takeover's (see
+    /// [`OwnershipRows::acquire`]), which serves the durable wake mark or interrupt request when it
+    /// resumes the turn, so nothing is carried out here (`Remote` naming that boot, nobody
+    /// notified).
+    fn route(&mut self, session: &SessionId, nudge: Nudge) -> Result<Route, StoreError> {
+        let me = self.node_arc();
+        let owner = self.query_opt(
+            "SELECT s.owner_node FROM session s JOIN node n ON n.node_id = s.owner_node \
+             WHERE s.id = $1 AND s.owner_node <> $2 AND n.lease_until > now()",
+            &[&session.as_str(), &&*me],
+        )?;
+        let Some(row) = owner else {
+            let orphan = self.query_opt(
+                "SELECT COALESCE(claim_boot, '') FROM session WHERE id = $1 \
+                 AND time_suspended IS NOT NULL AND claim_boot IS DISTINCT FROM $2 \
+                 AND owner_node IS DISTINCT FROM $2",
+                &[&session.as_str(), &&*me],
+            )?;
+            return Ok(match orphan {
+                Some(row) => Route::Remote {
+                    node: row.try_get(0)?,
+                },
+                None => Route::Local,
+            });
+        };
+        let node: String = row.try_get(0)?;
+        let payload = nudge_payload(session, nudge);
+        self.query_one(
+            "SELECT pg_notify($1, $2)",
+            &[&node_channel(&node), &payload],
+        )?;
+        Ok(Route::Remote { node })
+    }
+
+    /// Wakes and interrupts other nodes routed to sessions this node owns, as the rows hold them,
+    /// older than `before` (ms): see [`OwnershipRows::missed_nudges`]. Both reads start from the
+    /// sessions this node owns (`session_owner`).
+    fn missed_nudges(&mut self, before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
+        let me = self.node_arc();
+        let wakes = self.query(
+            "SELECT i.session_id, MAX(i.admitted_seq) FROM session s \
+             JOIN session_input i ON i.session_id = s.id \
+             WHERE s.owner_node = $1 AND s.time_suspended IS NULL \
+               AND i.promoted_seq IS NULL AND i.wake AND i.time_created < $2 \
+             GROUP BY i.session_id ORDER BY i.session_id",
+            &[&&*me, &before],
+        )?;
+        let interrupts = self.query(
+            "SELECT s.id, MAX(e.seq) FROM session s \
+             JOIN event e ON e.aggregate_id = s.id AND e.type = 'session.interrupt.requested' \
+               AND e.seq > COALESCE(s.claim_seq, 0) AND e.time < $2 \
+             WHERE s.owner_node = $1 AND s.time_suspended IS NOT NULL \
+             GROUP BY s.id ORDER BY s.id",
+            &[&&*me, &before],
+        )?;
+        let mut missed = Vec::with_capacity(wakes.len() + interrupts.len());
+        for (rows, nudge) in [
+            (wakes, Nudge::Wake as fn(u64) -> Nudge),
+            (interrupts, Nudge::Interrupt),
+        ] {
+            for row in rows {
+                let session = SessionId::new(row.try_get::<_, String>(0)?)
+                    .map_err(|e| StoreError::Inconsistent(format!("stored session id: {e}")))?;
+                missed.push((session, nudge(seq_value(row.try_get(1)?)?)));
+            }
+        }
+        Ok(missed)
+    }
 }

@@ -4,10 +4,11 @@ use postgres::types::ToSql;
 use postgres::Row;
 
 use super::conn::PgConn;
-use super::{count_value, event, json_text, json_value, limit_param, session_id};
+use super::{count_value, json_value, limit_param, session_id};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
+use crate::journal::backend::{EventRows, SessionRows};
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
 macro_rules! session_columns {
@@ -16,6 +17,7 @@ macro_rules! session_columns {
          time_suspended, resume_attempts"
     };
 }
+pub(super) use session_columns;
 
 /// Decodes a row of `session_columns!()`.
 fn decode(row: &Row) -> Result<SessionInfo, StoreError> {
@@ -35,27 +37,6 @@ fn decode(row: &Row) -> Result<SessionInfo, StoreError> {
         time_suspended: row.try_get(9)?,
         resume_attempts: count_value(row.try_get(10)?)?,
     })
-}
-
-/// The stored session `id`, if any.
-pub(crate) fn get_session(
-    conn: &mut PgConn,
-    id: &SessionId,
-) -> Result<Option<SessionInfo>, StoreError> {
-    let row = conn.query_opt(
-        concat!("SELECT ", session_columns!(), " FROM session WHERE id = $1"),
-        &[&id.as_str()],
-    )?;
-    row.as_ref().map(decode).transpose()
-}
-
-/// Whether a session `id` is stored.
-pub(crate) fn session_exists(conn: &mut PgConn, id: &SessionId) -> Result<bool, StoreError> {
-    let row = conn.query_one(
-        "SELECT EXISTS (SELECT 1 FROM session WHERE id = $1)",
-        &[&id.as_str()],
-    )?;
-    Ok(row.try_get(0)?)
 }
 
 /// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
@@ -87,117 +68,104 @@ impl Param {
     }
 }
 
-/// Sessions matching `query`, keyset-paged on `(time_created, id)`; a `Previous` anchor scans
-/// the opposite way and reverses the rows. The title search is SQLite's `LIKE`: ASCII case is
-/// ignored (`ILIKE` under the `"C"` collation).
-pub(crate) fn list_sessions(
-    conn: &mut PgConn,
-    query: &ListQuery,
-) -> Result<Vec<SessionInfo>, StoreError> {
-    let mut params: Vec<Param> = Vec::new();
-    let mut param = |value: Param| {
-        params.push(value);
-        format!("${}", params.len())
-    };
-    let mut clauses: Vec<String> = Vec::new();
-    if let Some(directory) = &query.directory {
-        clauses.push(format!(
-            "directory = {}",
-            param(Param::Text(directory.clone()))
-        ));
+impl SessionRows for PgConn {
+    /// The stored session `id`, if any.
+    fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
+        let row = self.query_opt(
+            concat!("SELECT ", session_columns!(), " FROM session WHERE id = $1"),
+            &[&id.as_str()],
+        )?;
+        row.as_ref().map(decode).transpose()
     }
-    match &query.parent {
-        ParentFilter::Any => {}
-        ParentFilter::TopLevel => clauses.push("parent_id IS NULL".into()),
-        ParentFilter::ChildrenOf(parent) => {
+
+    /// Whether a session `id` is stored.
+    fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError> {
+        let row = self.query_one(
+            "SELECT EXISTS (SELECT 1 FROM session WHERE id = $1)",
+            &[&id.as_str()],
+        )?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// Sessions matching `query`, keyset-paged on `(time_created, id)`; a `Previous` anchor scans
+    /// the opposite way and reverses the rows. The title search is SQLite's `LIKE`: ASCII case is
+    /// ignored (`ILIKE` under the `"C"` collation).
+    fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
+        let mut params: Vec<Param> = Vec::new();
+        let mut param = |value: Param| {
+            params.push(value);
+            format!("${}", params.len())
+        };
+        let mut clauses: Vec<String> = Vec::new();
+        if let Some(directory) = &query.directory {
             clauses.push(format!(
-                "parent_id = {}",
-                param(Param::Text(parent.to_string()))
+                "directory = {}",
+                param(Param::Text(directory.clone()))
             ));
         }
+        match &query.parent {
+            ParentFilter::Any => {}
+            ParentFilter::TopLevel => clauses.push("parent_id IS NULL".into()),
+            ParentFilter::ChildrenOf(parent) => {
+                clauses.push(format!(
+                    "parent_id = {}",
+                    param(Param::Text(parent.to_string()))
+                ));
+            }
+        }
+        if let Some(search) = &query.search {
+            let pattern = param(Param::Text(format!("%{}%", escape_like(search))));
+            clauses.push(format!(r"title ILIKE {pattern} ESCAPE '\'"));
+        }
+        let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
+        let order = if previous {
+            query.order.flip()
+        } else {
+            query.order
+        };
+        let (cmp, dir) = match order {
+            Order::Asc => (">", "ASC"),
+            Order::Desc => ("<", "DESC"),
+        };
+        if let Some(anchor) = &query.anchor {
+            let time = param(Param::Int(anchor.time));
+            let id = param(Param::Text(anchor.id.to_string()));
+            clauses.push(format!("(time_created, id) {cmp} ({time}, {id})"));
+        }
+        let limit = param(Param::OptInt(limit_param(query.limit)));
+        let filter = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        let sql = format!(
+            concat!(
+                "SELECT ",
+                session_columns!(),
+                " FROM session{} ORDER BY time_created {}, id {} LIMIT {}"
+            ),
+            filter, dir, dir, limit
+        );
+        let bound: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
+        let rows = self.query(&sql, &bound)?;
+        let mut sessions = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        if previous {
+            sessions.reverse();
+        }
+        Ok(sessions)
     }
-    if let Some(search) = &query.search {
-        let pattern = param(Param::Text(format!("%{}%", escape_like(search))));
-        clauses.push(format!(r"title ILIKE {pattern} ESCAPE '\'"));
-    }
-    let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
-    let order = if previous {
-        query.order.flip()
-    } else {
-        query.order
-    };
-    let (cmp, dir) = match order {
-        Order::Asc => (">", "ASC"),
-        Order::Desc => ("<", "DESC"),
-    };
-    if let Some(anchor) = &query.anchor {
-        let time = param(Param::Int(anchor.time));
-        let id = param(Param::Text(anchor.id.to_string()));
-        clauses.push(format!("(time_created, id) {cmp} ({time}, {id})"));
-    }
-    let limit = param(Param::OptInt(limit_param(query.limit)));
-    let filter = if clauses.is_empty() {
-        String::new()
-    } else {
-        format!(" WHERE {}", clauses.join(" AND "))
-    };
-    let sql = format!(
-        concat!(
-            "SELECT ",
-            session_columns!(),
-            " FROM session{} ORDER BY time_created {}, id {} LIMIT {}"
-        ),
-        filter, dir, dir, limit
-    );
-    let bound: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
-    let rows = conn.query(&sql, &bound)?;
-    let mut sessions = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-    if previous {
-        sessions.reverse();
-    }
-    Ok(sessions)
-}
 
-/// Inserts a session row (the projection of `session.created`); an existing id is a conflict.
-pub(super) fn insert_session(conn: &mut PgConn, info: &SessionInfo) -> Result<(), StoreError> {
-    let model = info.model.as_ref().map(json_text).transpose()?;
-    let metadata = info.metadata.as_ref().map(json_text).transpose()?;
-    let parent = info.parent_id.as_ref().map(SessionId::as_str);
-    let attempts = i64::from(info.resume_attempts);
-    conn.execute_or_conflict(
-        concat!(
-            "INSERT INTO session (",
-            session_columns!(),
-            ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
-        ),
-        &[
-            &info.id.as_str(),
-            &parent,
-            &info.title,
-            &info.directory,
-            &info.agent,
-            &model,
-            &metadata,
-            &info.time_created,
-            &info.time_updated,
-            &info.time_suspended,
-            &attempts,
-        ],
-        || format!("session {} already exists", info.id),
-    )?;
-    Ok(())
-}
-
-/// Creates `info` unless its id is stored: the stored row and, when created, its
-/// `session.created` event.
-pub(crate) fn create_session(
-    conn: &mut PgConn,
-    info: &SessionInfo,
-) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
-    if let Some(existing) = get_session(conn, &info.id)? {
-        return Ok((existing, None));
+    /// Creates `info` unless its id is stored: the stored row and, when created, its
+    /// `session.created` event.
+    fn create_session(
+        &mut self,
+        info: &SessionInfo,
+    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
+        if let Some(existing) = self.get_session(&info.id)? {
+            return Ok((existing, None));
+        }
+        let created = SessionEvent::Created { info: info.clone() };
+        let event = self.append(&info.id, &created, info.time_created)?;
+        Ok((info.clone(), Some(event)))
     }
-    let created = SessionEvent::Created { info: info.clone() };
-    let event = event::append(conn, &info.id, &created, info.time_created)?;
-    Ok((info.clone(), Some(event)))
 }

@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::conn::{conflict_on_constraint, PgConn};
 use super::tests::{config, pg_conn, pg_db, sql};
-use super::{event, PgWriter};
+use super::PgWriter;
 use crate::error::StoreError;
 use crate::event::kind;
 use crate::journal::backend::{ClaimRows, EventRows, InputRows, OwnershipRows, SessionRows};
@@ -35,13 +35,13 @@ fn seqs_start_at_zero_and_are_gap_free_per_session() -> Result<(), StoreError> {
     };
     let mut conn = pg_conn(&db, "a")?;
     let (a, b) = (sid("a"), sid("b"));
-    assert_eq!(event::latest_seq(&mut conn, &a)?, None);
+    assert_eq!(EventRows::latest_seq(&mut conn, &a)?, None);
     let mut seqs = Vec::new();
     for session in [&a, &a, &b, &a, &b] {
         seqs.push(conn.publish(session, "custom.kind", &json!({}), 1)?.seq);
     }
     assert_eq!(seqs, [0, 1, 0, 2, 1]);
-    assert_eq!(event::latest_seq(&mut conn, &a)?, Some(2));
+    assert_eq!(EventRows::latest_seq(&mut conn, &a)?, Some(2));
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::tests::{config, pg_conn, pg_db, sql};
 use super::tests_own::create;
 use super::writer::{events_payload, MAX_PAYLOAD};
-use super::{event, schema, PgWriter};
+use super::{schema, PgWriter};
 use crate::error::StoreError;
 use crate::event::kind;
 use crate::journal::backend::{EventRows, InputRows, OwnershipRows};
@@ -49,8 +49,8 @@ fn writer_tracks_aborted_transactions_and_savepoints() -> Result<(), StoreError>
     w.commit()?;
     assert!(!w.in_transaction());
     let mut check = pg_conn(&db, "check")?;
-    assert_eq!(event::latest_seq(&mut check, &sid("kept"))?, Some(1));
-    assert_eq!(event::latest_seq(&mut check, &sid("dropped"))?, None);
+    assert_eq!(EventRows::latest_seq(&mut check, &sid("kept"))?, Some(1));
+    assert_eq!(EventRows::latest_seq(&mut check, &sid("dropped"))?, None);
 
     w.begin()?;
     let failed = w
@@ -64,7 +64,7 @@ fn writer_tracks_aborted_transactions_and_savepoints() -> Result<(), StoreError>
     w.store()
         .publish(&sid("kept"), "custom.kind", &json!({}), 3)?;
     w.commit()?;
-    assert_eq!(event::latest_seq(&mut check, &sid("kept"))?, Some(2));
+    assert_eq!(EventRows::latest_seq(&mut check, &sid("kept"))?, Some(2));
     w.release_memory();
     Ok(())
 }
@@ -100,7 +100,7 @@ fn writer_reconnects_after_losing_its_connection() -> Result<(), StoreError> {
     w.begin()?;
     w.store().publish(&sid("s"), "custom.kind", &json!({}), 3)?;
     w.commit()?;
-    let last = event::latest_seq(&mut admin, &sid("s"))?;
+    let last = EventRows::latest_seq(&mut admin, &sid("s"))?;
     assert!(matches!(last, Some(1 | 2)), "{last:?}");
     Ok(())
 }

@@ -12,18 +12,18 @@
 //! turn, the wake marks) runs statement by statement as before, in the same transaction, under
 //! the row lock the function took.
 //!
-//! In a batch, a run of these writes goes in one round trip ([`prepare_turns`]: `ds_turns`, the
-//! same functions in a loop), ahead of the requests; each request's call then takes its result
-//! from [`PgConn::prepared`] instead of calling the function itself.
+//! In a batch, a run of these writes goes in one round trip ([`TurnRows::prepare_turns`]:
+//! `ds_turns`, the same functions in a loop), ahead of the requests; each request's call then
+//! takes its result from [`PgConn::prepared`] instead of calling the function itself.
 
-use super::conn::PgConn;
 use postgres::Row;
 
+use super::conn::PgConn;
 use super::{event, json_text, seq_param, seq_value, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::Store;
+use crate::journal::backend::{EventRows, Store, TurnRows};
 use crate::journal::turn_write::{TurnWrite, TurnWriteKind};
 
 /// What `ds_turns` did for one turn write, kept until its request takes it.
@@ -137,27 +137,12 @@ fn keep(
     Ok(())
 }
 
-/// `Store::prepare_turns`: every write of `turns` in one round trip, their results kept for
-/// their requests.
-pub(crate) fn prepare_turns(
-    conn: &mut PgConn,
-    turns: &[&TurnWrite],
-    now: i64,
-) -> Result<(), StoreError> {
-    conn.prepared.clear();
-    let rows = Arrays::of(turns)?.run(
-        conn,
-        "SELECT fenced, pending, seq FROM ds_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-        now,
-    )?;
-    keep(conn, turns, rows, now)
-}
-
 /// `WriterConnection::commit_turn`: `turn` alone in one autocommitted statement (its function
 /// called directly, not through `ds_turns`), with its `ds_events` notification (the writer's
-/// payload for one event), its result kept for its request. `Ok(false)`: nothing was written (the server refused the statement, or a terminal
-/// found inputs pending); `Err`: the connection was lost, and whether it committed is unknown.
-pub(crate) fn commit_turn(
+/// payload for one event), its result kept for its request. `Ok(false)`: nothing was written (the
+/// server refused the statement, or a terminal found inputs pending); `Err`: the connection was
+/// lost, and whether it committed is unknown.
+pub(super) fn commit_turn(
     conn: &mut PgConn,
     turn: &TurnWrite,
     now: i64,
@@ -256,24 +241,6 @@ fn take_prepared(
     Ok(conn.prepared.pop_front())
 }
 
-/// `Store::claim_turn`: the fence check, `session.execution.started` and the claim.
-pub(crate) fn claim_turn(
-    conn: &mut PgConn,
-    session: &SessionId,
-    epoch: u64,
-    boot: &str,
-    now: i64,
-) -> Result<EventRecord, StoreError> {
-    if let Some(done) = take_prepared(conn, session, epoch, true)? {
-        let seq = done
-            .seq
-            .filter(|_| !done.fenced)
-            .ok_or_else(|| fenced(session, epoch))?;
-        return started_record(conn, session, boot, seq_value(seq)?, done.time);
-    }
-    started(conn, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
-}
-
 /// The record of the `session.execution.started` of boot `boot` a function appended at `seq`.
 fn started_record(
     conn: &mut PgConn,
@@ -286,13 +253,20 @@ fn started_record(
         boot: boot.to_owned(),
     };
     let data = started.data()?;
-    Ok(appended(conn, session, seq, started.kind(), data, time))
+    Ok(event::appended(
+        conn,
+        session,
+        seq,
+        started.kind(),
+        data,
+        time,
+    ))
 }
 
 /// Appends `session.execution.started` of boot `boot` and takes the claim, in one round trip:
 /// after the fence check when `epoch` is given (`None`: fenced, nothing written), without one
 /// otherwise (an append like any other, e.g. the restart sweep's claim).
-pub(crate) fn started(
+pub(super) fn started(
     conn: &mut PgConn,
     session: &SessionId,
     epoch: Option<u64>,
@@ -322,89 +296,102 @@ pub(crate) fn started(
     started_record(conn, session, boot, seq_value(seq)?, now).map(Some)
 }
 
-/// `Store::settle_turn`: the fence check, then (for a terminal releasing the claim) the
-/// settlement, then the terminal and its projection.
-pub(crate) fn settle_turn(
-    conn: &mut PgConn,
-    session: &SessionId,
-    epoch: u64,
-    terminal: &SessionEvent,
-    now: i64,
-) -> Result<(Option<u64>, EventRecord), StoreError> {
-    let interrupted = match terminal {
-        SessionEvent::ExecutionInterrupted { .. } => true,
-        SessionEvent::ExecutionSucceeded {} | SessionEvent::ExecutionFailed { .. } => false,
-        // Not a terminal: the function's projection (release or nothing) would not be its own.
-        other => {
-            return Err(StoreError::Inconsistent(format!(
-                "{} is not the terminal of a turn",
-                other.kind()
-            )))
-        }
-    };
-    let kind = terminal.kind();
-    let data = terminal.data()?;
-    // What the function did (in a prepared run, or called now) and the time it wrote.
-    let (is_fenced, pending, seq, time) = match take_prepared(conn, session, epoch, false)? {
-        Some(done) => (done.fenced, done.pending, done.seq, done.time),
-        None => {
-            let text = json_text(&data)?;
-            let node = conn.node_arc();
-            let row = conn.query_one(
-                "SELECT out_fenced, out_pending, out_seq \
-                 FROM ds_settle_turn($1, $2, $3, $4, $5, $6, $7, $8)",
-                &[
-                    &session.as_str(),
-                    &&*node,
-                    &seq_param(epoch),
-                    &kind,
-                    &text,
-                    &now,
-                    &terminal.releases_claim(),
-                    &interrupted,
-                ],
-            )?;
-            (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, now)
-        }
-    };
-    if is_fenced {
-        return Err(fenced(session, epoch));
-    }
-    if pending {
-        // Inputs are pending: settle statement by statement (the fence is checked and the row
-        // stays locked until COMMIT).
-        let next = Store::settle(conn, session)?;
-        let record = event::append(conn, session, terminal, time)?;
-        return Ok((next, record));
-    }
-    let seq =
-        seq.ok_or_else(|| StoreError::Inconsistent("ds_settle_turn appended nothing".into()))?;
-    let record = appended(conn, session, seq_value(seq)?, kind, data, time);
-    Ok((None, record))
-}
-
-/// The record of an event a function appended, noted for the batch's `ds_events`.
-fn appended(
-    conn: &mut PgConn,
-    session: &SessionId,
-    seq: u64,
-    kind: &str,
-    data: serde_json::Value,
-    time: i64,
-) -> EventRecord {
-    conn.appended.push((session.clone(), seq));
-    EventRecord {
-        session_id: session.clone(),
-        seq,
-        kind: kind.to_owned(),
-        data,
-        time,
-    }
-}
-
 fn fenced(session: &SessionId, epoch: u64) -> StoreError {
     StoreError::Fenced {
         session_id: session.clone(),
         epoch,
+    }
+}
+
+impl TurnRows for PgConn {
+    /// [`TurnRows::claim_turn`]: the fence check, `session.execution.started` and the claim.
+    fn claim_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        boot: &str,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        if let Some(done) = take_prepared(self, session, epoch, true)? {
+            let seq = done
+                .seq
+                .filter(|_| !done.fenced)
+                .ok_or_else(|| fenced(session, epoch))?;
+            return started_record(self, session, boot, seq_value(seq)?, done.time);
+        }
+        started(self, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
+    }
+
+    /// [`TurnRows::settle_turn`]: the fence check, then (for a terminal releasing the claim) the
+    /// settlement, then the terminal and its projection.
+    fn settle_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        terminal: &SessionEvent,
+        now: i64,
+    ) -> Result<(Option<u64>, EventRecord), StoreError> {
+        let interrupted = match terminal {
+            SessionEvent::ExecutionInterrupted { .. } => true,
+            SessionEvent::ExecutionSucceeded {} | SessionEvent::ExecutionFailed { .. } => false,
+            // Not a terminal: the function's projection (release or nothing) would not be its own.
+            other => {
+                return Err(StoreError::Inconsistent(format!(
+                    "{} is not the terminal of a turn",
+                    other.kind()
+                )))
+            }
+        };
+        let kind = terminal.kind();
+        let data = terminal.data()?;
+        // What the function did (in a prepared run, or called now) and the time it wrote.
+        let (is_fenced, pending, seq, time) = match take_prepared(self, session, epoch, false)? {
+            Some(done) => (done.fenced, done.pending, done.seq, done.time),
+            None => {
+                let text = json_text(&data)?;
+                let node = self.node_arc();
+                let row = self.query_one(
+                    "SELECT out_fenced, out_pending, out_seq \
+                     FROM ds_settle_turn($1, $2, $3, $4, $5, $6, $7, $8)",
+                    &[
+                        &session.as_str(),
+                        &&*node,
+                        &seq_param(epoch),
+                        &kind,
+                        &text,
+                        &now,
+                        &terminal.releases_claim(),
+                        &interrupted,
+                    ],
+                )?;
+                (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, now)
+            }
+        };
+        if is_fenced {
+            return Err(fenced(session, epoch));
+        }
+        if pending {
+            // Inputs are pending: settle statement by statement (the fence is checked and the row
+            // stays locked until COMMIT).
+            let next = Store::settle(self, session)?;
+            let record = self.append(session, terminal, time)?;
+            return Ok((next, record));
+        }
+        let seq =
+            seq.ok_or_else(|| StoreError::Inconsistent("ds_settle_turn appended nothing".into()))?;
+        let record = event::appended(self, session, seq_value(seq)?, kind, data, time);
+        Ok((None, record))
+    }
+
+    /// [`TurnRows::prepare_turns`]: every write of `turns` in one round trip, their results kept
+    /// for their requests.
+    fn prepare_turns(&mut self, turns: &[&TurnWrite], now: i64) -> Result<(), StoreError> {
+        self.prepared.clear();
+        let rows = Arrays::of(turns)?.run(
+            self,
+            "SELECT fenced, pending, seq FROM ds_turns($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            now,
+        )?;
+        keep(self, turns, rows, now)
     }
 }
