@@ -185,11 +185,7 @@ pub(crate) fn page(query: &MessagesQuery, anchor: Option<u64>) -> Option<(Scan, 
             ..
         })
     );
-    let order = if previous {
-        query.order.flip()
-    } else {
-        query.order
-    };
+    let (order, reversed) = keyset_order(query.order, previous);
     let past = match &query.cursor {
         None => None,
         Some(_) => Some(anchor?),
@@ -199,5 +195,37 @@ pub(crate) fn page(query: &MessagesQuery, anchor: Option<u64>) -> Option<(Scan, 
         past,
         limit: query.limit,
     };
-    Some((scan, previous))
+    Some((scan, reversed))
+}
+
+/// The order a keyset page is scanned in, and whether its rows are then reversed: a page
+/// before its anchor (`previous`) is scanned the opposite way and read back in `order`.
+pub(crate) fn keyset_order(order: Order, previous: bool) -> (Order, bool) {
+    if previous {
+        (order.flip(), true)
+    } else {
+        (order, false)
+    }
+}
+
+/// What a session's log looks like to compaction, read under the session's lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LogState {
+    /// The newest seq of the log.
+    pub(crate) latest: u64,
+    /// The first seq the log holds for replay.
+    pub(crate) start: u64,
+    /// Whether a turn holds a claim (its events are still being written).
+    pub(crate) claimed: bool,
+    /// When the newest event was committed (ms), if it is still stored.
+    pub(crate) newest_time: Option<i64>,
+}
+
+/// Compaction: the new start of a log that keeps its last `keep_last` events, when that
+/// moves the start and the session is idle (unclaimed, its newest event committed before
+/// `idle_before`); `None` when the log is left as it is.
+pub(crate) fn compaction_start(log: LogState, keep_last: u64, idle_before: i64) -> Option<u64> {
+    let start = (log.latest + 1).saturating_sub(keep_last);
+    let idle = log.newest_time.is_some_and(|time| time < idle_before);
+    (!log.claimed && start > log.start && idle).then_some(start)
 }

@@ -11,6 +11,7 @@ use super::{seq_param, seq_value, session_id, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::id::SessionId;
 use crate::journal::backend::{EventRows, RetentionRows};
+use crate::journal::rules::{self, LogState};
 
 impl RetentionRows for PgConn {
     /// `session` and every session below it, `session` first; empty when it is not stored.
@@ -103,14 +104,15 @@ impl RetentionRows for PgConn {
         let Some(row) = row else {
             return Ok(None);
         };
-        let latest = seq_value(row.try_get(0)?)?;
-        let start = seq_value(row.try_get(1)?)?;
-        let claimed: bool = row.try_get(2)?;
-        let newest: Option<i64> = row.try_get(3)?;
-        let start_now = (latest + 1).saturating_sub(keep_last);
-        if claimed || start_now <= start || newest.is_none_or(|time| time >= idle_before) {
+        let log = LogState {
+            latest: seq_value(row.try_get(0)?)?,
+            start: seq_value(row.try_get(1)?)?,
+            claimed: row.try_get(2)?,
+            newest_time: row.try_get(3)?,
+        };
+        let Some(start_now) = rules::compaction_start(log, keep_last, idle_before) else {
             return Ok(None);
-        }
+        };
         let fence = self.latest_interrupt_seq(session)?;
         let deleted = self.execute(
             "DELETE FROM event WHERE aggregate_id = $1 AND seq < $2 AND seq <> $3",

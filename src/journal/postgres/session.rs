@@ -9,6 +9,7 @@ use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::backend::{EventRows, SessionRows};
+use crate::journal::rules;
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
 macro_rules! session_columns {
@@ -118,11 +119,7 @@ impl SessionRows for PgConn {
             clauses.push(format!(r"title ILIKE {pattern} ESCAPE '\'"));
         }
         let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
-        let order = if previous {
-            query.order.flip()
-        } else {
-            query.order
-        };
+        let (order, reversed) = rules::keyset_order(query.order, previous);
         let (cmp, dir) = match order {
             Order::Asc => (">", "ASC"),
             Order::Desc => ("<", "DESC"),
@@ -149,7 +146,7 @@ impl SessionRows for PgConn {
         let bound: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
         let rows = self.query(&sql, &bound)?;
         let mut sessions = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-        if previous {
+        if reversed {
             sessions.reverse();
         }
         Ok(sessions)

@@ -185,6 +185,52 @@ fn a_page_scans_past_its_cursor_and_a_previous_page_the_other_way() {
     );
 }
 
+#[test]
+fn compaction_moves_the_start_of_an_idle_unclaimed_log_only() {
+    let log = LogState {
+        latest: 9,
+        start: 0,
+        claimed: false,
+        newest_time: Some(100),
+    };
+    assert_eq!(compaction_start(log, 3, 200), Some(7));
+    assert_eq!(compaction_start(log, 3, 100), None, "not idle long enough");
+    assert_eq!(
+        compaction_start(
+            LogState {
+                claimed: true,
+                ..log
+            },
+            3,
+            200
+        ),
+        None
+    );
+    assert_eq!(
+        compaction_start(LogState { start: 7, ..log }, 3, 200),
+        None,
+        "kept already"
+    );
+    assert_eq!(
+        compaction_start(log, 20, 200),
+        None,
+        "shorter than what is kept"
+    );
+    assert_eq!(
+        compaction_start(
+            LogState {
+                newest_time: None,
+                ..log
+            },
+            3,
+            200
+        ),
+        None
+    );
+    assert_eq!(keyset_order(Order::Desc, true), (Order::Asc, true));
+    assert_eq!(keyset_order(Order::Asc, false), (Order::Asc, false));
+}
+
 fn inputs() -> impl Strategy<Value = Vec<Admission>> {
     prop::collection::vec((1u64..60, any::<bool>(), prop::option::of(1u64..60)), 0..12).prop_map(
         |rows| {
