@@ -5,10 +5,11 @@
 use serde_json::json;
 
 use super::conn::PgConn;
-use super::{node_channel, seq_value};
+use super::{node_channel, seq_value, session_id};
 use crate::error::StoreError;
 use crate::id::SessionId;
 use crate::journal::backend::{Nudge, Ownership, OwnershipRows, Route};
+use crate::journal::rules;
 
 /// The payload of a nudge on a node's channel: `{"session":<id>,"nudge":"wake"|"interrupt",
 /// "seq":<seq>}`.
@@ -175,23 +176,26 @@ impl OwnershipRows for PgConn {
              GROUP BY i.session_id ORDER BY i.session_id",
             &[&&*me, &before],
         )?;
-        let interrupts = self.query(
-            "SELECT s.id, MAX(e.seq) FROM session s \
-             JOIN event e ON e.aggregate_id = s.id AND e.type = 'session.interrupt.requested' \
-               AND e.seq > COALESCE(s.claim_seq, 0) AND e.time < $2 \
-             WHERE s.owner_node = $1 AND s.time_suspended IS NOT NULL \
-             GROUP BY s.id ORDER BY s.id",
+        let claimed = self.query(
+            "SELECT s.id, s.claim_seq, \
+                    (SELECT MAX(e.seq) FROM event e WHERE e.aggregate_id = s.id \
+                       AND e.type = 'session.interrupt.requested' AND e.time < $2) \
+             FROM session s WHERE s.owner_node = $1 AND s.time_suspended IS NOT NULL \
+             ORDER BY s.id",
             &[&&*me, &before],
         )?;
-        let mut missed = Vec::with_capacity(wakes.len() + interrupts.len());
-        for (rows, nudge) in [
-            (wakes, Nudge::Wake as fn(u64) -> Nudge),
-            (interrupts, Nudge::Interrupt),
-        ] {
-            for row in rows {
-                let session = SessionId::new(row.try_get::<_, String>(0)?)
-                    .map_err(|e| StoreError::Inconsistent(format!("stored session id: {e}")))?;
-                missed.push((session, nudge(seq_value(row.try_get(1)?)?)));
+        let mut missed = Vec::with_capacity(wakes.len());
+        for row in wakes {
+            let session = session_id(row.try_get(0)?)?;
+            missed.push((session, Nudge::Wake(seq_value(row.try_get(1)?)?)));
+        }
+        for row in claimed {
+            let claim: Option<i64> = row.try_get(1)?;
+            let claim = claim.map(seq_value).transpose()?.unwrap_or(0);
+            let fence: Option<i64> = row.try_get(2)?;
+            let fence = fence.map(seq_value).transpose()?;
+            if let (true, Some(fence)) = (rules::interrupts_turn(Some(claim), fence), fence) {
+                missed.push((session_id(row.try_get(0)?)?, Nudge::Interrupt(fence)));
             }
         }
         Ok(missed)
