@@ -24,7 +24,9 @@
 //! write lock is held only until then, and another connection may append after it.
 //!
 //! A claim relies on the memory too: a session whose log number the writer knows is stored,
-//! so its claim row is written without a probe of the session table (`claim::claim`).
+//! so its claim row is written without a probe of the session table
+//! (`ProjectionRows::write_claim`, in `projection.rs`), and so is a turn's fence check
+//! (`OwnershipRows::check_fence`, in `ownership.rs`).
 
 use std::collections::HashMap;
 
