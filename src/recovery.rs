@@ -288,7 +288,8 @@ mod tests {
         use serde_json::json;
 
         use crate::event::SessionEvent;
-        use crate::journal::sqlite::{open_connection, publish, StoreConfig};
+        use crate::journal::sqlite::test_support::rows::EventRows;
+        use crate::journal::sqlite::{open_connection, SqliteStore, StoreConfig};
 
         use crate::journal::sqlite::test_support::{admit, promote_queue};
         use crate::records::Delivery;
@@ -300,30 +301,18 @@ mod tests {
         let later = {
             // What a dead boot left: its turn promoted p1 and was then asked to stop; p2 was
             // queued behind the request without a wake.
-            let mut conn = open_connection(&StoreConfig::new(&path)).unwrap();
+            let mut conn = SqliteStore::new(open_connection(&StoreConfig::new(&path)).unwrap());
             let p1 = crate::id::MessageId::new("p1").unwrap();
             let p2 = crate::id::MessageId::new("p2").unwrap();
             admit(&mut conn, &id, &p1, &json!("one"), Delivery::Queue, 1).unwrap();
-            publish(
-                &conn,
-                &id,
-                kind::EXECUTION_STARTED,
-                &json!({"boot": "dead"}),
-                2,
-            )
-            .unwrap();
+            conn.publish(&id, kind::EXECUTION_STARTED, &json!({"boot": "dead"}), 2)
+                .unwrap();
             assert!(promote_queue(&mut conn, &id, 3).unwrap().is_some());
             let request = SessionEvent::InterruptRequested {
                 session_id: id.clone(),
             };
-            publish(
-                &conn,
-                &id,
-                kind::INTERRUPT_REQUESTED,
-                &request.data().unwrap(),
-                4,
-            )
-            .unwrap();
+            conn.publish(&id, kind::INTERRUPT_REQUESTED, &request.data().unwrap(), 4)
+                .unwrap();
             admit(&mut conn, &id, &p2, &json!("two"), Delivery::Queue, 5)
                 .unwrap()
                 .0

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use super::backend::ClaimRows as _;
 use super::sqlite as store;
 use crate::error::StoreError;
 use crate::event::EventRecord;
@@ -27,7 +28,7 @@ pub(crate) fn claim_state(
         let session = session.clone();
         return on_postgres(url, move |store| store.claim_state(&session));
     }
-    store::claim_state(&open(path)?, session)
+    store::SqliteStore::new(&open(path)?).claim_state(session)
 }
 
 /// Every stored event of `session`, in seq order (with a compacted log: the rows still
@@ -40,7 +41,7 @@ pub(crate) fn events(path: &Path, session: &SessionId) -> Result<Vec<EventRecord
             super::postgres::stored_events(store, &session)
         });
     }
-    store::stored_events(&open(path)?, session)
+    store::SqliteStore::new(&open(path)?).stored_events(session)
 }
 
 /// Marks `session` claimed by an earlier boot with `attempts` resume attempts, the claim taken
@@ -91,9 +92,6 @@ fn postgres_url(path: &Path) -> Option<String> {
 
 /// Runs `work` on a connection of its own to the PostgreSQL database at `url` (on a thread of
 /// its own when called inside a tokio runtime, where the sync client cannot run).
-#[cfg(feature = "postgres")]
-use super::backend::ClaimRows as _;
-
 #[cfg(feature = "postgres")]
 fn on_postgres<T: Send + 'static>(
     url: String,

@@ -1,14 +1,21 @@
-//! The SQLite store: plain rusqlite functions over a connection, transaction or savepoint.
+//! The SQLite store ([`SqliteStore`]): a connection and the writer's memory of log numbers,
+//! owned together, with the statements of every table of the journal's seam implemented on it,
+//! each trait in the file named for its table ([`session`], [`event`], [`input`], [`message`],
+//! [`claim`], [`retention`], [`ownership`], [`turn`], and [`projection`] for the projection's
+//! row writes).
 //!
-//! Every function takes `&rusqlite::Connection` (a `Transaction` or `Savepoint` derefs to one) and
-//! never opens a transaction itself: the caller decides the transaction boundary, so one request
-//! or a whole group commit is atomic. Writes go through [`publish`], which appends an event to the
-//! session's log and runs its projection ([`project`]) in the same transaction. Statements are
-//! cached per connection (`prepare_cached`) and every value is a bound parameter.
-//! The writer connection also remembers each log's number (`streams`), inside its own
-//! transactions only.
+//! No statement opens a transaction: the caller decides the transaction boundary, so one request
+//! or a whole group commit is atomic. Writes go through an append, which adds an event to the
+//! session's log and runs its projection in the same transaction. Statements are cached per
+//! connection (`prepare_cached`) and every value is a bound parameter. The writer's store also
+//! remembers each log's number ([`streams`]), inside its own transactions only; a store over a
+//! pooled connection (a read) remembers nothing.
 //!
 //! This module does not depend on actix.
+
+use std::borrow::Borrow;
+
+use rusqlite::Connection;
 
 use super::columns::{json_text, json_value, message_id, seq_param, session_id};
 use crate::error::StoreError;
@@ -17,43 +24,57 @@ pub(crate) mod backend;
 mod claim;
 mod event;
 mod input;
-mod maintenance;
 mod message;
+mod ownership;
 pub(crate) mod pool;
 mod projection;
 pub(crate) mod recent;
-mod recovery;
 mod retention;
 pub(crate) mod schema;
 mod segments;
 mod session;
 mod streams;
+mod turn;
 mod wal;
 
-pub(crate) use claim::{
-    claim_counts, claim_row, claim_state, count_adoption, count_own_resume, count_resume,
-    list_claimed, own_claims, release, release_child_claims, write_claim,
-};
-#[allow(unused_imports)]
-pub(crate) use event::{
-    append, events_after, latest_interrupt_seq, latest_seq, project, publish, stored_events,
-};
-#[allow(unused_imports)]
-pub(crate) use input::{get_input, pending_inputs};
-#[allow(unused_imports)]
-pub(crate) use maintenance::{
-    delete_projections, projection_counts, transcript_owner, undecodable_message,
-};
-pub(crate) use message::{append_message, get_message, message_exists, message_seq, scan_messages};
-#[allow(unused_imports)]
 pub(crate) use pool::{open, open_connection, Pool, StoreConfig};
-pub(crate) use recovery::{
-    adoptable, claim_seq, claimed_turn, clear_wakes, clear_wakes_before, mark_interrupted,
-    mark_wake, owes_turn, promoted_after, user_message_after,
-};
-pub(crate) use retention::{compact, compactable, delete_session, log_start, session_tree};
-#[allow(unused_imports)]
-pub(crate) use session::{create_session, get_session, list_sessions, session_exists};
+
+/// The SQLite store: the statements of every table on connection `C` (the writer's own
+/// [`Connection`], or a pooled one for a read), and the writer's memory of log numbers
+/// ([`streams::Streams`]), which answers inside the writer's transactions only (a store that
+/// never begins one, like a reader's, remembers nothing).
+#[derive(Debug)]
+pub(crate) struct SqliteStore<C = Connection> {
+    /// The connection every statement runs on.
+    conn: C,
+    /// What the writer remembers of log numbers and of the seqs its transaction appended.
+    streams: streams::Streams,
+}
+
+impl<C: Borrow<Connection>> SqliteStore<C> {
+    /// A store on `conn` (a connection with the store's PRAGMAs applied), with empty memory.
+    pub(crate) fn new(conn: C) -> Self {
+        Self {
+            conn,
+            streams: streams::Streams::default(),
+        }
+    }
+
+    /// The connection the statements run on.
+    fn conn(&self) -> &Connection {
+        self.conn.borrow()
+    }
+}
+
+/// The connection under a test's store, for its raw statements.
+#[cfg(test)]
+impl<C: Borrow<Connection>> std::ops::Deref for SqliteStore<C> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn()
+    }
+}
 
 /// A `LIMIT` parameter: SQLite treats a negative limit as "no limit".
 fn limit_param(limit: Option<usize>) -> i64 {
@@ -89,33 +110,43 @@ fn conflict_on_constraint(err: rusqlite::Error, what: impl FnOnce() -> String) -
 
 #[cfg(test)]
 pub(crate) mod test_support {
-    //! Fixtures for the store's unit tests: a migrated database in a temporary directory.
+    //! Fixtures for the store's unit tests: a migrated database in a temporary directory, and
+    //! the seam's compositions ([`Store`]'s provided methods) on a SQLite store.
 
     use rusqlite::Connection;
     use tempfile::TempDir;
 
     use super::pool::{self, StoreConfig};
+    use super::SqliteStore;
     use crate::error::StoreError;
     use crate::id::{MessageId, SessionId};
     use serde_json::Value;
 
     use crate::event::EventRecord;
-    use crate::journal::backend::Store;
+    use crate::journal::backend::{SessionRows, Store};
     use crate::records::{Admission, Delivery, Message, MessagesQuery, SessionInfo};
+
+    /// The statements' traits, for a test to call them on a store (`use rows::*`).
+    pub(crate) mod rows {
+        pub(crate) use crate::journal::backend::{
+            ClaimRows, EventRows, InputRows, MessageRows, RetentionRows, SessionRows,
+        };
+    }
 
     /// A temporary directory, with the I/O error carried as a store error.
     pub(crate) fn tempdir() -> Result<TempDir, StoreError> {
         tempfile::tempdir().map_err(|e| StoreError::Inconsistent(format!("tempdir: {e}")))
     }
 
-    /// A migrated database file and one connection to it with the store's PRAGMAs.
+    /// A migrated database file and one store on it (a connection with the store's PRAGMAs).
     pub(crate) struct TestDb {
         /// Keeps the directory (and the file) alive for the test.
         pub(crate) _dir: TempDir,
         /// The configuration the database was opened with.
         pub(crate) cfg: StoreConfig,
-        /// A plain connection.
-        pub(crate) conn: Connection,
+        /// A store on a plain connection, outside any writer (it remembers no log number);
+        /// its connection is reached through `Deref`.
+        pub(crate) conn: SqliteStore<Connection>,
     }
 
     /// Opens a fresh, migrated database.
@@ -123,7 +154,7 @@ pub(crate) mod test_support {
         let dir = tempdir()?;
         let cfg = StoreConfig::new(dir.path().join("store.db"));
         drop(pool::open(&cfg)?);
-        let conn = pool::open_connection(&cfg)?;
+        let conn = SqliteStore::new(pool::open_connection(&cfg)?);
         Ok(TestDb {
             _dir: dir,
             cfg,
@@ -160,106 +191,106 @@ pub(crate) mod test_support {
 
     /// Creates a session through the store and returns it.
     pub(crate) fn create(
-        conn: &Connection,
+        store: &mut (impl SessionRows + ?Sized),
         id: &str,
         parent: Option<&str>,
         time: i64,
     ) -> Result<SessionInfo, StoreError> {
-        Ok(super::create_session(conn, &info(id, parent, time))?.0)
+        Ok(store.create_session(&info(id, parent, time))?.0)
     }
 
     /// Claims `id` by the projection's claim merge (whether the session is stored).
-    pub(crate) fn claim(
-        conn: &Connection,
+    pub(crate) fn claim<C: std::borrow::Borrow<Connection>>(
+        store: &mut SqliteStore<C>,
         id: &SessionId,
         now: i64,
         seq: u64,
         boot: &str,
     ) -> Result<bool, StoreError> {
-        crate::journal::projection::claim(&mut super::projection::Rows(conn), id, now, seq, boot)
+        crate::journal::projection::claim(store, id, now, seq, boot)
     }
 
-    /// [`Store::admit`] on a plain connection.
+    /// [`Store::admit`] on a store.
     pub(crate) fn admit(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
         id: &MessageId,
         prompt: &Value,
         delivery: Delivery,
         now: i64,
     ) -> Result<(Admission, Option<EventRecord>), StoreError> {
-        Store::admit(conn, session, id, prompt, delivery, now)
+        store.admit(session, id, prompt, delivery, now)
     }
 
-    /// [`Store::promote_steer`] on a plain connection.
+    /// [`Store::promote_steer`] on a store.
     pub(crate) fn promote_steer(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
         cutoff: Option<u64>,
         now: i64,
     ) -> Result<Vec<(Admission, EventRecord)>, StoreError> {
-        Store::promote_steer(conn, session, cutoff, now)
+        store.promote_steer(session, cutoff, now)
     }
 
-    /// [`Store::promote_queue`] on a plain connection.
+    /// [`Store::promote_queue`] on a store.
     pub(crate) fn promote_queue(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
         now: i64,
     ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
-        Store::promote_queue(conn, session, now)
+        store.promote_queue(session, now)
     }
 
-    /// [`Store::settle`] on a plain connection.
+    /// [`Store::settle`] on a store.
     pub(crate) fn settle(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
     ) -> Result<Option<u64>, StoreError> {
-        Store::settle(conn, session)
+        store.settle(session)
     }
 
-    /// [`Store::served_inputs`] on a plain connection.
+    /// [`Store::served_inputs`] on a store.
     pub(crate) fn served_inputs(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
         claim: u64,
         fence: Option<u64>,
     ) -> Result<Vec<Admission>, StoreError> {
-        Store::served_inputs(conn, session, claim, fence)
+        store.served_inputs(session, claim, fence)
     }
 
-    /// [`Store::messages`] on a plain connection.
+    /// [`Store::messages`] on a store.
     pub(crate) fn messages(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         query: &MessagesQuery,
     ) -> Result<Vec<Message>, StoreError> {
-        Store::messages(conn, query)
+        store.messages(query)
     }
 
-    /// [`Store::context`] on a plain connection.
+    /// [`Store::context`] on a store.
     pub(crate) fn context(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
     ) -> Result<Vec<Message>, StoreError> {
-        Store::context(conn, session)
+        store.context(session)
     }
 
-    /// [`Store::messages_after`] on a plain connection.
+    /// [`Store::messages_after`] on a store.
     pub(crate) fn messages_after(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
         after: Option<u64>,
     ) -> Result<Vec<Message>, StoreError> {
-        Store::messages_after(conn, session, after)
+        store.messages_after(session, after)
     }
 
-    /// [`Store::messages_tail`] on a plain connection.
+    /// [`Store::messages_tail`] on a store.
     pub(crate) fn messages_tail(
-        conn: &mut Connection,
+        store: &mut (impl Store + ?Sized),
         session: &SessionId,
         n: usize,
     ) -> Result<Vec<Message>, StoreError> {
-        Store::messages_tail(conn, session, n)
+        store.messages_tail(session, n)
     }
 
     /// The detail lines of `EXPLAIN QUERY PLAN` for `sql`.

@@ -79,7 +79,8 @@ mod tests {
 
     use crate::event::kind;
     use crate::id::SessionId;
-    use crate::journal::sqlite::{open_connection, publish, StoreConfig};
+    use crate::journal::sqlite::test_support::rows::EventRows;
+    use crate::journal::sqlite::{open_connection, SqliteStore, StoreConfig};
     use crate::service::CreateSession;
     use crate::testing::{self, Gate, Script, ScriptedRunner};
     use crate::Runtime;
@@ -112,9 +113,10 @@ mod tests {
         runtime.execution().wake(&live, None).await.unwrap();
         {
             // What a claim whose answer was lost leaves: the claim of this boot, no turn.
-            let conn = open_connection(&StoreConfig::new(&path)).unwrap();
+            let mut conn = SqliteStore::new(open_connection(&StoreConfig::new(&path)).unwrap());
             let boot = json!({ "boot": runtime.boot_id() });
-            publish(&conn, &orphan, kind::EXECUTION_STARTED, &boot, 2).unwrap();
+            conn.publish(&orphan, kind::EXECUTION_STARTED, &boot, 2)
+                .unwrap();
         }
         runner
             .wait_for_drains_of(&orphan, 1, super::HEAL_TICK * 5)

@@ -421,7 +421,7 @@ async fn housekeeping_waits_while_a_maintenance_hold_is_alive() {
         .write(move |w| {
             for _ in 0..SETTLE_EVERY {
                 let data = serde_json::json!({});
-                sqlite::publish(w.conn(), &session, "custom.kind", &data, 1)?;
+                w.store().publish(&session, "custom.kind", &data, 1)?;
             }
             Ok(())
         })

@@ -1,317 +1,208 @@
-//! The SQLite backend of the journal's seam: [`Store`] for a rusqlite connection (each
-//! method is the store function of the same name); the writer thread's connection and the
-//! readers' pool are in [`writer`].
+//! The SQLite backend of the journal's seam, beside its store ([`super::SqliteStore`], the
+//! statements): the writer thread's connection ([`SqliteWriter`]: transactions, savepoints,
+//! the engine's housekeeping and checkpoints, over a store it owns) and the readers' pool
+//! ([`SqliteReaders`]: each read on a store over a pooled connection).
 
 use rusqlite::Connection;
-use serde_json::Value;
 
+use super::recent::Settler;
+use super::{Pool, SqliteStore};
 use crate::error::StoreError;
-use crate::event::{EventRecord, SessionEvent};
-use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{
-    ClaimRows, ClaimedTurn, EventRows, InputRows, MessageRows, Nudge, Ownership, OwnershipRows,
-    RetentionRows, Route, SessionRows, TurnRows,
-};
-use crate::journal::rules::Scan;
-use crate::journal::sqlite::{self, streams};
-use crate::records::{Admission, ClaimState, ListQuery, Message, SessionInfo};
+use crate::journal::backend::{Maintenance, ReadWork, Readers, Store, WriterConnection};
 
-/// One process owns a SQLite file (its lock): it owns every session, at epoch 0.
-impl SessionRows for Connection {
-    fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
-        sqlite::get_session(self, id)
-    }
+/// The per-request savepoint's statements (prepared once per connection, then cached).
+const SAVEPOINT: &str = "SAVEPOINT request";
+const RELEASE: &str = "RELEASE request";
+const ROLLBACK_TO: &str = "ROLLBACK TO request";
 
-    fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError> {
-        sqlite::session_exists(self, id)
-    }
+/// The writer connection's page cache, in KiB (SQLite's default is 2 MiB). A settle of the
+/// event log ([`crate::journal::sqlite::recent`]) writes a leaf of the history per active session: with 1,000
+/// busy sessions, about 1,000 pages that a 2 MiB cache has dropped again by the next settle
+/// and reads back (`growth`'s steady turns, docs/bench-notes/cost-that-stays-flat.md). The
+/// cache fills only as far as the writer uses it, and is given back when the
+/// runtime releases memory after passivation (`PRAGMA shrink_memory`).
+const WRITER_CACHE_KIB: i64 = 8 * 1024;
 
-    fn create_session(
-        &mut self,
-        info: &SessionInfo,
-    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
-        sqlite::create_session(self, info)
-    }
-
-    fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
-        sqlite::list_sessions(self, query)
-    }
+/// The writer thread's store (its connection and its memory of log numbers) and, to release
+/// their memory, the readers' pool.
+pub(crate) struct SqliteWriter {
+    store: SqliteStore,
+    pool: Pool,
+    /// When the event log was last settled (see [`crate::journal::sqlite::recent`]).
+    settler: Settler,
 }
 
-impl EventRows for Connection {
-    fn append(
-        &mut self,
-        session: &SessionId,
-        event: &SessionEvent,
-        now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        sqlite::append(self, session, event, now)
-    }
-
-    fn publish(
-        &mut self,
-        session: &SessionId,
-        kind: &str,
-        data: &Value,
-        now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        sqlite::publish(self, session, kind, data, now)
-    }
-
-    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError> {
-        sqlite::project(self, event)
-    }
-
-    fn events_after(
-        &mut self,
-        session: &SessionId,
-        after: Option<u64>,
-        limit: usize,
-    ) -> Result<Vec<EventRecord>, StoreError> {
-        sqlite::events_after(self, session, after, limit)
-    }
-
-    fn latest_interrupt_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        sqlite::latest_interrupt_seq(self, session)
-    }
-
-    fn latest_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        sqlite::latest_seq(self, session)
-    }
-
-    fn log_start(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        sqlite::log_start(self, session)
-    }
-}
-
-impl InputRows for Connection {
-    fn clear_wakes_before(&mut self, session: &SessionId, seq: u64) -> Result<(), StoreError> {
-        sqlite::clear_wakes_before(self, session, seq)
-    }
-
-    fn promoted_after(
-        &mut self,
-        session: &SessionId,
-        claim: u64,
-    ) -> Result<Vec<Admission>, StoreError> {
-        sqlite::promoted_after(self, session, claim)
-    }
-
-    fn get_input(&mut self, id: &MessageId) -> Result<Option<Admission>, StoreError> {
-        sqlite::get_input(self, id)
-    }
-
-    fn pending_inputs(&mut self, session: &SessionId) -> Result<Vec<Admission>, StoreError> {
-        sqlite::pending_inputs(self, session)
-    }
-
-    fn mark_wake(&mut self, id: &MessageId) -> Result<(), StoreError> {
-        sqlite::mark_wake(self, id)
-    }
-
-    fn clear_wakes(&mut self, session: &SessionId) -> Result<(), StoreError> {
-        sqlite::clear_wakes(self, session)
-    }
-
-    fn owes_turn(&mut self, session: &SessionId) -> Result<bool, StoreError> {
-        sqlite::owes_turn(self, session)
-    }
-}
-
-impl MessageRows for Connection {
-    fn message_seq(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<u64>, StoreError> {
-        sqlite::message_seq(self, session, id)
-    }
-
-    fn scan_messages(
-        &mut self,
-        session: &SessionId,
-        scan: Scan,
-    ) -> Result<Vec<Message>, StoreError> {
-        sqlite::scan_messages(self, session, scan)
-    }
-
-    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
-        sqlite::user_message_after(self, session, seq)
-    }
-
-    fn append_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        data: &Value,
-        now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        sqlite::append_message(self, session, id, kind, data, now)
-    }
-
-    fn get_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-    ) -> Result<Option<Message>, StoreError> {
-        sqlite::get_message(self, session, id)
-    }
-
-    fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
-        sqlite::transcript_owner(self, id)
-    }
-
-    fn undecodable_message(
-        &mut self,
-        session: &SessionId,
-    ) -> Result<Option<MessageId>, StoreError> {
-        sqlite::undecodable_message(self, session)
-    }
-
-    fn delete_projections(&mut self, session: &SessionId) -> Result<(), StoreError> {
-        sqlite::delete_projections(self, session)
-    }
-
-    fn projection_counts(&mut self, session: &SessionId) -> Result<(usize, usize), StoreError> {
-        sqlite::projection_counts(self, session)
-    }
-
-    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
-        sqlite::mark_interrupted(self, session, claim)
-    }
-}
-
-impl ClaimRows for Connection {
-    fn claim_state(&mut self, id: &SessionId) -> Result<Option<ClaimState>, StoreError> {
-        sqlite::claim_state(self, id)
-    }
-
-    fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        sqlite::claim_seq(self, session)
-    }
-
-    fn claimed_turn(
-        &mut self,
-        id: &SessionId,
-        boot: &str,
-    ) -> Result<Option<ClaimedTurn>, StoreError> {
-        sqlite::claimed_turn(self, id, boot)
-    }
-
-    fn claim_counts(&mut self, now: i64) -> Result<(i64, Option<i64>), StoreError> {
-        sqlite::claim_counts(self, now)
-    }
-
-    fn list_claimed(&mut self, exclude_boot: Option<&str>) -> Result<Vec<SessionId>, StoreError> {
-        sqlite::list_claimed(self, exclude_boot)
-    }
-
-    fn own_claims(&mut self, boot: &str) -> Result<Vec<(SessionId, u64)>, StoreError> {
-        sqlite::own_claims(self, boot)
-    }
-
-    fn adoptable(&mut self) -> Result<Vec<SessionId>, StoreError> {
-        sqlite::adoptable(self)
-    }
-
-    fn count_resume(&mut self, id: &SessionId, boot: &str) -> Result<Option<u32>, StoreError> {
-        sqlite::count_resume(self, id, boot)
-    }
-
-    fn count_own_resume(
-        &mut self,
-        id: &SessionId,
-        boot: &str,
-        claim: u64,
-    ) -> Result<Option<u32>, StoreError> {
-        sqlite::count_own_resume(self, id, boot, claim)
-    }
-
-    fn count_adoption(&mut self, id: &SessionId) -> Result<Option<u32>, StoreError> {
-        sqlite::count_adoption(self, id)
-    }
-
-    fn release_child_claims(&mut self, boot: &str) -> Result<usize, StoreError> {
-        sqlite::release_child_claims(self, boot)
-    }
-}
-
-impl RetentionRows for Connection {
-    fn session_tree(&mut self, session: &SessionId) -> Result<Vec<SessionId>, StoreError> {
-        sqlite::session_tree(self, session)
-    }
-
-    fn lock_sessions(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
-        Ok(())
-    }
-
-    fn delete_session(&mut self, session: &SessionId) -> Result<(), StoreError> {
-        sqlite::delete_session(self, session)
-    }
-
-    fn compactable(
-        &mut self,
-        keep_last: u64,
-        idle_before: i64,
-        limit: usize,
-    ) -> Result<Vec<SessionId>, StoreError> {
-        sqlite::compactable(self, keep_last, idle_before, limit)
-    }
-
-    fn compact(
-        &mut self,
-        session: &SessionId,
-        keep_last: u64,
-        idle_before: i64,
-    ) -> Result<Option<(u64, usize)>, StoreError> {
-        sqlite::compact(self, session, keep_last, idle_before)
-    }
-}
-
-impl OwnershipRows for Connection {
-    fn acquire(&mut self, session: &SessionId) -> Result<Ownership, StoreError> {
-        Ok(if sqlite::session_exists(self, session)? {
-            Ownership::Owned { epoch: 0 }
-        } else {
-            Ownership::Missing
-        })
-    }
-
-    /// Fenced only when the session is not stored (deleted under the turn).
-    /// A session whose log number the writer remembers exists (the number is deleted with
-    /// the session, and forgotten then: see `sqlite::streams`); any other is probed.
-    fn check_fence(&mut self, session: &SessionId, epoch: u64) -> Result<(), StoreError> {
-        if streams::lookup(session).is_some() || sqlite::session_exists(self, session)? {
-            Ok(())
-        } else {
-            Err(StoreError::Fenced {
-                session_id: session.clone(),
-                epoch,
-            })
+impl SqliteWriter {
+    /// The writer on `conn` (a connection with the store's PRAGMAs applied).
+    pub(crate) fn new(conn: Connection, pool: Pool) -> Self {
+        // Negative: KiB. A failure leaves SQLite's default (2 MiB), slower, not wrong.
+        if let Err(e) = conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB) {
+            log::warn!("persistence: cannot size the writer's page cache: {e}");
+        }
+        Self {
+            store: SqliteStore::new(conn),
+            pool,
+            settler: Settler::default(),
         }
     }
 
-    fn release_ownership(&mut self, _sessions: &[SessionId]) -> Result<(), StoreError> {
+    /// The writer's store, for the engine's unit tests.
+    #[cfg(test)]
+    pub(crate) fn sqlite_store(&mut self) -> &mut SqliteStore {
+        &mut self.store
+    }
+
+    fn run(&self, sql: &str) -> Result<(), StoreError> {
+        self.store.conn.prepare_cached(sql)?.execute([])?;
+        Ok(())
+    }
+}
+
+impl WriterConnection for SqliteWriter {
+    /// `PRAGMA wal_checkpoint(TRUNCATE)`: copies the WAL into the database and truncates it
+    /// to zero bytes. When `idle`, without waiting for readers (the busy timeout is lifted for
+    /// the call): a reader in the middle of a read makes it give up, and a later idle moment
+    /// tries again.
+    fn checkpoint(&mut self, idle: bool) -> bool {
+        let wait = if idle {
+            let previous: Option<i64> = self
+                .store
+                .conn
+                .pragma_query_value(None, "busy_timeout", |row| row.get(0))
+                .ok();
+            if self
+                .store
+                .conn
+                .busy_timeout(std::time::Duration::ZERO)
+                .is_err()
+            {
+                return false;
+            }
+            previous
+        } else {
+            None
+        };
+        let result = self
+            .store
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| {
+                row.get::<_, i64>(0)
+            });
+        if let Some(ms) = wait {
+            let restore = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            if let Err(e) = self.store.conn.busy_timeout(restore) {
+                log::warn!("persistence: cannot restore the busy timeout: {e}");
+            }
+        }
+        match result {
+            Ok(0) => true,
+            Ok(_busy) => false,
+            Err(e) => {
+                log::warn!("persistence: WAL checkpoint failed: {e}");
+                false
+            }
+        }
+    }
+
+    /// Settles the event log's recent entries into the history once enough came (or, idle,
+    /// any): see [`crate::journal::sqlite::recent`]. Idle, it also forgets the log numbers it remembered
+    /// ([`crate::journal::sqlite::streams`]).
+    fn maintain(&mut self, when: Maintenance) {
+        self.settler.maybe_settle(&self.store.conn, when);
+        if matches!(when, Maintenance::Idle) {
+            self.store.streams.release();
+        }
+    }
+
+    fn begin(&mut self) -> Result<(), StoreError> {
+        // IMMEDIATE: take the write lock now, so a busy database fails the BEGIN, not a write
+        // halfway through the batch.
+        self.store.conn.execute_batch("BEGIN IMMEDIATE")?;
+        self.store.streams.begin();
         Ok(())
     }
 
-    fn route(&mut self, _session: &SessionId, _nudge: Nudge) -> Result<Route, StoreError> {
-        Ok(Route::Local)
+    fn savepoint(&mut self) -> Result<(), StoreError> {
+        self.run(SAVEPOINT)
     }
 
-    fn missed_nudges(&mut self, _before: i64) -> Result<Vec<(SessionId, Nudge)>, StoreError> {
-        Ok(Vec::new())
+    fn release(&mut self) -> Result<(), StoreError> {
+        self.run(RELEASE)
+    }
+
+    fn rollback_to(&mut self) -> Result<(), StoreError> {
+        self.store.streams.rollback_to();
+        self.run(ROLLBACK_TO)
+    }
+
+    fn commit(&mut self) -> Result<(), StoreError> {
+        let committed = self.store.conn.execute_batch("COMMIT");
+        if committed.is_ok() {
+            self.store.streams.commit();
+        } else {
+            self.store.streams.rollback();
+        }
+        Ok(committed?)
+    }
+
+    fn rollback(&mut self) {
+        self.store.streams.rollback();
+        if !self.store.conn.is_autocommit() {
+            if let Err(e) = self.store.conn.execute_batch("ROLLBACK") {
+                log::error!("persistence: rollback failed: {e}");
+            }
+        }
+    }
+
+    fn in_transaction(&mut self) -> bool {
+        !self.store.conn.is_autocommit()
+    }
+
+    /// Yes: a savepoint makes SQLite copy every page a request first touches into the
+    /// sub-journal, and costs two statements (`SAVEPOINT`, `RELEASE`) per request
+    /// (docs/bench-notes/cost-that-stays-flat.md). A failing request (rare: a deleted session,
+    /// a duplicate id) makes its batch run twice.
+    fn optimistic_batches(&self) -> bool {
+        true
+    }
+
+    fn store(&mut self) -> &mut dyn Store {
+        &mut self.store
+    }
+
+    /// `PRAGMA shrink_memory` on the writer connection and on every idle pooled connection,
+    /// here rather than on a blocking thread: a thread started for it would bring its own stack
+    /// and malloc arena.
+    fn release_memory(&mut self) {
+        self.store.streams.release();
+        if let Err(e) = self.store.conn.execute_batch("PRAGMA shrink_memory") {
+            log::warn!("persistence: cannot shrink the writer's memory: {e}");
+        }
+        SqliteReaders(self.pool.clone()).release_memory();
     }
 }
 
-impl TurnRows for Connection {
-    #[cfg(test)]
-    fn as_sqlite(&mut self) -> Option<&Connection> {
-        Some(self)
+/// The readers' pool.
+pub(crate) struct SqliteReaders(pub(crate) Pool);
+
+impl Readers for SqliteReaders {
+    fn read(&self, work: ReadWork<'_>) -> Result<(), StoreError> {
+        let conn = self.0.get()?;
+        work(&mut SqliteStore::new(&*conn))
+    }
+
+    fn size(&self) -> usize {
+        self.0.max_size() as usize
+    }
+
+    fn release_memory(&self) {
+        // Hold every idle connection at once, so each is shrunk exactly once.
+        let idle = self.0.state().idle_connections;
+        let conns: Vec<_> = (0..idle).map_while(|_| self.0.try_get()).collect();
+        for conn in &conns {
+            if let Err(e) = conn.execute_batch("PRAGMA shrink_memory") {
+                log::warn!("persistence: cannot shrink a pooled connection's memory: {e}");
+            }
+        }
     }
 }
-
-mod writer;
-
-pub(crate) use writer::{SqliteReaders, SqliteWriter};

@@ -1,17 +1,23 @@
-//! The transcript (`session_message`): appends, lookups and keyset pages by `seq`.
+//! The transcript (`session_message`, [`MessageRows`]): appends, lookups, keyset pages by
+//! `seq`, the interrupt marks, and what the session service reads and clears around a rebuild
+//! of the projections (who owns a message, the counts, an undecodable payload). (A message's
+//! row is the projection's: [`super::projection`].)
+
+use std::borrow::Borrow;
 
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
 use super::{
-    append, conflict_on_constraint, get_seq, json_text, json_value, limit_param, message_id,
-    seq_param, session_id, StoreError,
+    get_seq, json_value, limit_param, message_id, seq_param, session_id, SqliteStore, StoreError,
 };
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
+use crate::journal::backend::{EventRows, MessageRows};
 use crate::journal::rules::Scan;
 use crate::records::{Message, Order};
 
+/// The columns a transcript row is read with (then `interrupted`), and written with.
 macro_rules! message_columns {
     () => {
         "id, session_id, type, seq, data, time_created"
@@ -57,139 +63,187 @@ impl MessageRow {
     }
 }
 
-/// Inserts a transcript row created by event `seq` (the projection of
-/// `session.message.appended` and part of `session.prompt.promoted`). An id already in a
-/// transcript, or a seq already used in this one, is a conflict.
-pub(super) fn insert_message(
-    conn: &Connection,
-    session: &SessionId,
-    id: &MessageId,
-    kind: &str,
-    seq: u64,
-    data: &Value,
-    time: i64,
-) -> Result<(), StoreError> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "INSERT INTO session_message (",
-        message_columns!(),
-        ", time_updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)"
-    ))?;
-    stmt.execute(rusqlite::params![
-        id.as_str(),
-        session.as_str(),
-        kind,
-        seq_param(seq),
-        json_text(data)?,
-        time,
-    ])
-    .map_err(|e| {
-        conflict_on_constraint(e, || {
-            format!("message {id} cannot be added to session {session}")
-        })
-    })?;
-    Ok(())
-}
-
-/// Appends a message to `session`'s transcript by publishing `session.message.appended`. An id
-/// already in a transcript is [`StoreError::Conflict`].
-pub(crate) fn append_message(
-    conn: &Connection,
-    session: &SessionId,
-    id: &MessageId,
-    kind: &str,
-    data: &Value,
-    now: i64,
-) -> Result<EventRecord, StoreError> {
-    let appended = SessionEvent::MessageAppended {
-        message_id: id.clone(),
-        kind: kind.to_owned(),
-        data: data.clone(),
-    };
-    append(conn, session, &appended, now)
-}
-
-/// The message `id` of `session`; `None` when it is unknown or belongs to another session.
-pub(crate) fn get_message(
-    conn: &Connection,
-    session: &SessionId,
-    id: &MessageId,
-) -> Result<Option<Message>, StoreError> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        message_columns!(),
-        ", interrupted",
-        " FROM session_message WHERE id = ?1 AND session_id = ?2"
-    ))?;
-    let row = stmt
-        .query_row([id.as_str(), session.as_str()], MessageRow::read)
-        .optional()?;
-    row.map(MessageRow::decode).transpose()
-}
-
-/// Whether any transcript holds a message `id`.
-pub(crate) fn message_exists(conn: &Connection, id: &MessageId) -> Result<bool, StoreError> {
-    let mut stmt =
-        conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM session_message WHERE id = ?1)")?;
-    Ok(stmt.query_row([id.as_str()], |row| row.get(0))?)
-}
-
-/// The seq of message `id` within `session`.
-pub(crate) fn message_seq(
-    conn: &Connection,
-    session: &SessionId,
-    id: &MessageId,
-) -> Result<Option<u64>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached("SELECT seq FROM session_message WHERE id = ?1 AND session_id = ?2")?;
-    Ok(stmt
-        .query_row([id.as_str(), session.as_str()], |row| get_seq(row, 0))
-        .optional()?)
-}
-
-/// The messages of `session` in the range of `scan`, in its order: a range scan of the
-/// `UNIQUE (session_id, seq)` index.
-pub(crate) fn scan_messages(
-    conn: &Connection,
-    session: &SessionId,
-    scan: Scan,
-) -> Result<Vec<Message>, StoreError> {
-    let limit = limit_param(scan.limit);
-    let sql = match (scan.order, scan.past.is_some()) {
-        (Order::Asc, false) => concat!(
-            "SELECT ",
-            message_columns!(),
-            ", interrupted FROM session_message WHERE session_id = ?1 \
-             ORDER BY seq ASC LIMIT ?2"
-        ),
-        (Order::Desc, false) => concat!(
-            "SELECT ",
-            message_columns!(),
-            ", interrupted FROM session_message WHERE session_id = ?1 \
-             ORDER BY seq DESC LIMIT ?2"
-        ),
-        (Order::Asc, true) => concat!(
-            "SELECT ",
-            message_columns!(),
-            ", interrupted FROM session_message WHERE session_id = ?1 AND seq > ?3 \
-             ORDER BY seq ASC LIMIT ?2"
-        ),
-        (Order::Desc, true) => concat!(
-            "SELECT ",
-            message_columns!(),
-            ", interrupted FROM session_message WHERE session_id = ?1 AND seq < ?3 \
-             ORDER BY seq DESC LIMIT ?2"
-        ),
-    };
-    let mut stmt = conn.prepare_cached(sql)?;
-    let rows = match scan.past {
-        None => stmt.query_map(rusqlite::params![session.as_str(), limit], MessageRow::read)?,
-        Some(past) => stmt.query_map(
-            rusqlite::params![session.as_str(), limit, seq_param(past)],
-            MessageRow::read,
-        )?,
+impl<C: Borrow<Connection>> MessageRows for SqliteStore<C> {
+    /// Appends a message to `session`'s transcript by appending `session.message.appended`.
+    /// An id already in a transcript is [`StoreError::Conflict`].
+    fn append_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        let appended = SessionEvent::MessageAppended {
+            message_id: id.clone(),
+            kind: kind.to_owned(),
+            data: data.clone(),
+        };
+        self.append(session, &appended, now)
     }
-    .collect::<rusqlite::Result<Vec<_>>>()?;
-    rows.into_iter().map(MessageRow::decode).collect()
+
+    /// The message `id` of `session`; `None` when it is unknown or belongs to another session.
+    fn get_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<Message>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(concat!(
+            "SELECT ",
+            message_columns!(),
+            ", interrupted",
+            " FROM session_message WHERE id = ?1 AND session_id = ?2"
+        ))?;
+        let row = stmt
+            .query_row([id.as_str(), session.as_str()], MessageRow::read)
+            .optional()?;
+        row.map(MessageRow::decode).transpose()
+    }
+
+    /// The seq of message `id` within `session`.
+    fn message_seq(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+    ) -> Result<Option<u64>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT seq FROM session_message WHERE id = ?1 AND session_id = ?2")?;
+        Ok(stmt
+            .query_row([id.as_str(), session.as_str()], |row| get_seq(row, 0))
+            .optional()?)
+    }
+
+    /// The messages of `session` in the range of `scan`, in its order: a range scan of the
+    /// `UNIQUE (session_id, seq)` index.
+    fn scan_messages(
+        &mut self,
+        session: &SessionId,
+        scan: Scan,
+    ) -> Result<Vec<Message>, StoreError> {
+        let limit = limit_param(scan.limit);
+        let sql = match (scan.order, scan.past.is_some()) {
+            (Order::Asc, false) => concat!(
+                "SELECT ",
+                message_columns!(),
+                ", interrupted FROM session_message WHERE session_id = ?1 \
+                 ORDER BY seq ASC LIMIT ?2"
+            ),
+            (Order::Desc, false) => concat!(
+                "SELECT ",
+                message_columns!(),
+                ", interrupted FROM session_message WHERE session_id = ?1 \
+                 ORDER BY seq DESC LIMIT ?2"
+            ),
+            (Order::Asc, true) => concat!(
+                "SELECT ",
+                message_columns!(),
+                ", interrupted FROM session_message WHERE session_id = ?1 AND seq > ?3 \
+                 ORDER BY seq ASC LIMIT ?2"
+            ),
+            (Order::Desc, true) => concat!(
+                "SELECT ",
+                message_columns!(),
+                ", interrupted FROM session_message WHERE session_id = ?1 AND seq < ?3 \
+                 ORDER BY seq DESC LIMIT ?2"
+            ),
+        };
+        let mut stmt = self.conn().prepare_cached(sql)?;
+        let rows = match scan.past {
+            None => stmt.query_map(rusqlite::params![session.as_str(), limit], MessageRow::read)?,
+            Some(past) => stmt.query_map(
+                rusqlite::params![session.as_str(), limit, seq_param(past)],
+                MessageRow::read,
+            )?,
+        }
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+        rows.into_iter().map(MessageRow::decode).collect()
+    }
+
+    /// Whether `session`'s transcript holds a `user` message with seq greater than `seq`.
+    fn user_message_after(&mut self, session: &SessionId, seq: u64) -> Result<bool, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM session_message \
+             WHERE session_id = ?1 AND type = 'user' AND seq > ?2)",
+        )?;
+        Ok(
+            stmt.query_row(rusqlite::params![session.as_str(), seq_param(seq)], |row| {
+                row.get(0)
+            })?,
+        )
+    }
+
+    /// The session whose transcript holds message `id`, if any.
+    fn transcript_owner(&mut self, id: &MessageId) -> Result<Option<SessionId>, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT session_id FROM session_message WHERE id = ?1")?;
+        let owner: Option<String> = stmt.query_row([id.as_str()], |row| row.get(0)).optional()?;
+        owner
+            .map(|s| {
+                SessionId::new(s)
+                    .map_err(|e| StoreError::Inconsistent(format!("stored session id: {e}")))
+            })
+            .transpose()
+    }
+
+    /// The first message of `session`'s transcript (in seq order) whose stored payload is not
+    /// valid JSON, if any: the diagnosis behind [`crate::Error::MessageDecode`].
+    fn undecodable_message(
+        &mut self,
+        session: &SessionId,
+    ) -> Result<Option<MessageId>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT id, data FROM session_message WHERE session_id = ?1 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query([session.as_str()])?;
+        while let Some(row) = rows.next()? {
+            let data: String = row.get(1)?;
+            if serde_json::from_str::<serde_json::Value>(&data).is_err() {
+                let id: String = row.get(0)?;
+                return MessageId::new(id)
+                    .map(Some)
+                    .map_err(|e| StoreError::Inconsistent(format!("stored message id: {e}")));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes `session`'s inbox and transcript rows (before they are rebuilt from its events).
+    fn delete_projections(&mut self, session: &SessionId) -> Result<(), StoreError> {
+        self.conn()
+            .prepare_cached("DELETE FROM session_input WHERE session_id = ?1")?
+            .execute([session.as_str()])?;
+        self.conn()
+            .prepare_cached("DELETE FROM session_message WHERE session_id = ?1")?
+            .execute([session.as_str()])?;
+        Ok(())
+    }
+
+    /// How many inbox and transcript rows `session` has.
+    fn projection_counts(&mut self, session: &SessionId) -> Result<(usize, usize), StoreError> {
+        let count = |sql: &str| -> Result<usize, StoreError> {
+            let n: i64 = self
+                .conn()
+                .prepare_cached(sql)?
+                .query_row([session.as_str()], |row| row.get(0))?;
+            Ok(usize::try_from(n).unwrap_or(0))
+        };
+        Ok((
+            count("SELECT COUNT(*) FROM session_input WHERE session_id = ?1")?,
+            count("SELECT COUNT(*) FROM session_message WHERE session_id = ?1")?,
+        ))
+    }
+
+    /// Marks the `user` messages of `session` promoted after `claim` as interrupted by a user.
+    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError> {
+        let mut stmt = self.conn().prepare_cached(
+            "UPDATE session_message SET interrupted = 1 \
+             WHERE session_id = ?1 AND type = 'user' AND seq > ?2 AND interrupted = 0",
+        )?;
+        stmt.execute(rusqlite::params![session.as_str(), seq_param(claim)])?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

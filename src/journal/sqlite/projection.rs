@@ -1,44 +1,111 @@
 //! SQLite's statements for the projection's row writes ([`ProjectionRows`]; the rule is
-//! `journal::projection`'s).
+//! `journal::projection`'s): the session row of `session.created`, the claim and its release,
+//! the inbox row of an admission and its promotion, the transcript rows.
 
-use rusqlite::Connection;
+use std::borrow::Borrow;
+
+use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
-use super::recovery::{claim_seq, mark_interrupted};
-use super::{claim_row, input, message, release, session, write_claim, StoreError};
+use super::{conflict_on_constraint, get_opt_seq, json_text, seq_param, SqliteStore, StoreError};
 use crate::id::{MessageId, SessionId};
+use crate::journal::backend::{ClaimRows, InputRows, MessageRows};
 use crate::journal::projection::ProjectionRows;
 use crate::journal::rules::ClaimRow;
 use crate::records::{Delivery, SessionInfo};
 
-/// SQLite's statements for the projection's row writes.
-pub(super) struct Rows<'a>(pub(super) &'a Connection);
-
-impl ProjectionRows for Rows<'_> {
+impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
+    /// Inserts a session row (the projection of `session.created`); an existing id is a
+    /// conflict. A claim or attempt count the record carries (never one `Sessions::create`
+    /// makes) goes to its claim row.
     fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError> {
-        session::insert_session(self.0, info)
+        let model = info.model.as_ref().map(json_text).transpose()?;
+        let metadata = info.metadata.as_ref().map(json_text).transpose()?;
+        let mut stmt = self.conn().prepare_cached(
+            "INSERT INTO session (id, parent_id, title, directory, agent, model, metadata, \
+             time_created, time_updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?;
+        stmt.execute(rusqlite::params![
+            info.id.as_str(),
+            info.parent_id.as_ref().map(SessionId::as_str),
+            info.title,
+            info.directory,
+            info.agent,
+            model,
+            metadata,
+            info.time_created,
+            info.time_updated,
+        ])
+        .map_err(|e| conflict_on_constraint(e, || format!("session {} already exists", info.id)))?;
+        if info.time_suspended.is_some() || info.resume_attempts != 0 {
+            self.conn()
+                .prepare_cached(
+                    "INSERT INTO session_claim (session_id, time_suspended, resume_attempts) \
+                     VALUES (?1, ?2, ?3)",
+                )?
+                .execute(rusqlite::params![
+                    info.id.as_str(),
+                    info.time_suspended,
+                    info.resume_attempts
+                ])?;
+        }
+        Ok(())
     }
 
+    /// The claim row of `id`, if it has one.
     fn claim_row(&mut self, id: &SessionId) -> Result<Option<ClaimRow>, StoreError> {
-        claim_row(self.0, id)
+        let mut stmt = self.conn().prepare_cached(
+            "SELECT time_suspended, claim_seq, claim_boot FROM session_claim WHERE session_id = ?1",
+        )?;
+        Ok(stmt
+            .query_row([id.as_str()], |row| {
+                Ok(ClaimRow {
+                    time: row.get(0)?,
+                    seq: get_opt_seq(row, 1)?,
+                    boot: row.get(2)?,
+                })
+            })
+            .optional()?)
     }
 
+    /// Writes `claim` as `id`'s claim row, keeping its resume attempts. Returns whether the
+    /// session exists (nothing is written when it does not).
     fn write_claim(&mut self, id: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError> {
-        write_claim(self.0, id, claim)
+        // A session the writer knows the log number of is stored (see `streams`): its claim
+        // needs no probe of the session table.
+        let sql = if self.streams.lookup(id).is_some() {
+            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+             VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (session_id) DO UPDATE SET time_suspended = excluded.time_suspended, \
+               claim_seq = excluded.claim_seq, claim_boot = excluded.claim_boot"
+        } else {
+            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+             SELECT id, ?2, ?3, ?4 FROM session WHERE id = ?1 \
+             ON CONFLICT (session_id) DO UPDATE SET time_suspended = excluded.time_suspended, \
+               claim_seq = excluded.claim_seq, claim_boot = excluded.claim_boot"
+        };
+        let mut stmt = self.conn().prepare_cached(sql)?;
+        let seq = claim.seq.map(seq_param);
+        Ok(stmt.execute(rusqlite::params![id.as_str(), claim.time, seq, claim.boot])? > 0)
     }
 
+    /// [`ClaimRows::claim_seq`]'s statement.
     fn claim_seq(&mut self, id: &SessionId) -> Result<Option<u64>, StoreError> {
-        claim_seq(self.0, id)
+        ClaimRows::claim_seq(self, id)
     }
 
+    /// [`MessageRows::mark_interrupted`]'s statement.
     fn mark_interrupted(&mut self, id: &SessionId, claim: u64) -> Result<(), StoreError> {
-        mark_interrupted(self.0, id, claim)
+        MessageRows::mark_interrupted(self, id, claim)
     }
 
+    /// Releases the claim on `id` and resets its resume attempts (deletes its claim row).
     fn release(&mut self, id: &SessionId) -> Result<(), StoreError> {
-        release(self.0, id).map(drop)
+        release(self.conn(), id).map(drop)
     }
 
+    /// Inserts a pending inbox row (the projection of `session.prompt.admitted`). An id
+    /// already in the inbox or the transcript is a conflict.
     fn insert_input(
         &mut self,
         session: &SessionId,
@@ -48,18 +115,59 @@ impl ProjectionRows for Rows<'_> {
         delivery: Delivery,
         time: i64,
     ) -> Result<(), StoreError> {
-        input::insert_input(self.0, session, id, seq, prompt, delivery, time)
+        if message_exists(self.conn(), id)? {
+            return Err(StoreError::Conflict(format!(
+                "prompt {id} is already in a transcript"
+            )));
+        }
+        let mut stmt = self.conn().prepare_cached(
+            "INSERT INTO session_input (id, session_id, admitted_seq, prompt, delivery, \
+             time_created, promoted_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)",
+        )?;
+        stmt.execute(rusqlite::params![
+            id.as_str(),
+            session.as_str(),
+            seq_param(seq),
+            json_text(prompt)?,
+            delivery.as_str(),
+            time,
+        ])
+        .map_err(|e| {
+            conflict_on_constraint(e, || {
+                format!("prompt {id} cannot be admitted to session {session}")
+            })
+        })?;
+        Ok(())
     }
 
+    /// Marks a pending input promoted by event `seq` (part of the projection of
+    /// `session.prompt.promoted`). An input that is unknown or already promoted is a conflict.
     fn mark_promoted(
         &mut self,
         session: &SessionId,
         id: &MessageId,
         seq: u64,
     ) -> Result<(), StoreError> {
-        input::mark_promoted(self.0, session, id, seq)
+        let mut stmt = self.conn().prepare_cached(
+            "UPDATE session_input SET promoted_seq = ?3 \
+             WHERE id = ?1 AND session_id = ?2 AND promoted_seq IS NULL",
+        )?;
+        if stmt.execute(rusqlite::params![
+            id.as_str(),
+            session.as_str(),
+            seq_param(seq)
+        ])? == 0
+        {
+            return Err(StoreError::Conflict(format!(
+                "prompt {id} is not pending in session {session}"
+            )));
+        }
+        Ok(())
     }
 
+    /// Inserts a transcript row created by event `seq` (part of the projection of
+    /// `session.prompt.promoted`). An id already in a transcript, or a seq already used in
+    /// this one, is a conflict.
     fn insert_message(
         &mut self,
         session: &SessionId,
@@ -69,9 +177,11 @@ impl ProjectionRows for Rows<'_> {
         data: &Value,
         time: i64,
     ) -> Result<(), StoreError> {
-        message::insert_message(self.0, session, id, kind, seq, data, time)
+        insert_message(self.conn(), session, id, kind, seq, data, time)
     }
 
+    /// Inserts the transcript row of `session.message.appended`: an id of the inbox is a
+    /// conflict (prompts enter the transcript by promotion), as [`Self::insert_message`]'s are.
     fn insert_appended(
         &mut self,
         session: &SessionId,
@@ -81,11 +191,54 @@ impl ProjectionRows for Rows<'_> {
         data: &Value,
         time: i64,
     ) -> Result<(), StoreError> {
-        if input::get_input(self.0, id)?.is_some() {
+        if self.get_input(id)?.is_some() {
             return Err(StoreError::Conflict(format!(
                 "message {id} is a prompt id; prompts enter the transcript by promotion"
             )));
         }
-        message::insert_message(self.0, session, id, kind, seq, data, time)
+        insert_message(self.conn(), session, id, kind, seq, data, time)
     }
+}
+
+/// Deletes the claim row of `id`; whether there was one.
+pub(super) fn release(conn: &Connection, id: &SessionId) -> Result<bool, StoreError> {
+    let mut stmt = conn.prepare_cached("DELETE FROM session_claim WHERE session_id = ?1")?;
+    Ok(stmt.execute([id.as_str()])? > 0)
+}
+
+/// Whether any transcript holds a message `id`.
+pub(super) fn message_exists(conn: &Connection, id: &MessageId) -> Result<bool, StoreError> {
+    let mut stmt =
+        conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM session_message WHERE id = ?1)")?;
+    Ok(stmt.query_row([id.as_str()], |row| row.get(0))?)
+}
+
+/// The transcript row insert of a promotion and of `session.message.appended`.
+fn insert_message(
+    conn: &Connection,
+    session: &SessionId,
+    id: &MessageId,
+    kind: &str,
+    seq: u64,
+    data: &Value,
+    time: i64,
+) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO session_message (id, session_id, type, seq, data, time_created, \
+         time_updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
+    )?;
+    stmt.execute(rusqlite::params![
+        id.as_str(),
+        session.as_str(),
+        kind,
+        seq_param(seq),
+        json_text(data)?,
+        time,
+    ])
+    .map_err(|e| {
+        conflict_on_constraint(e, || {
+            format!("message {id} cannot be added to session {session}")
+        })
+    })?;
+    Ok(())
 }

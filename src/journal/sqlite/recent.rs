@@ -177,10 +177,9 @@ mod tests {
     use super::*;
     use crate::id::SessionId;
     use crate::journal::sqlite::event::{EVENTS_AFTER_SQL, NEXT_SEQ_SQL};
+    use crate::journal::sqlite::test_support::rows::*;
     use crate::journal::sqlite::test_support::{create, plan, sid, test_db};
-    use crate::journal::sqlite::{
-        compact, compactable, delete_session, events_after, latest_seq, publish, stored_events,
-    };
+    use crate::journal::sqlite::SqliteStore;
     fn recent_rows(conn: &Connection) -> rusqlite::Result<i64> {
         conn.query_row(
             "SELECT COUNT(*) FROM event INDEXED BY event_recent WHERE recent = 1",
@@ -189,8 +188,8 @@ mod tests {
         )
     }
 
-    fn seqs(conn: &Connection, s: &SessionId, after: Option<u64>, limit: usize) -> Vec<u64> {
-        events_after(conn, s, after, limit)
+    fn seqs(conn: &mut SqliteStore, s: &SessionId, after: Option<u64>, limit: usize) -> Vec<u64> {
+        conn.events_after(s, after, limit)
             .expect("read")
             .iter()
             .map(|e| e.seq)
@@ -208,37 +207,38 @@ mod tests {
         create(conn, "a", None, 1)?;
         create(conn, "b", None, 1)?;
         for _ in 0..3 {
-            publish(conn, &a, "custom.kind", &json!({}), 2)?;
+            conn.publish(&a, "custom.kind", &json!({}), 2)?;
         }
-        publish(conn, &b, "custom.kind", &json!({}), 2)?;
+        conn.publish(&b, "custom.kind", &json!({}), 2)?;
         // `session.created` of each, and the four above.
         assert_eq!(settle_recent(conn)?, 6);
         assert_eq!(recent_rows(conn)?, 0);
-        assert_eq!(latest_seq(conn, &a)?, Some(3));
+        assert_eq!(conn.latest_seq(&a)?, Some(3));
         for _ in 0..2 {
-            publish(conn, &a, "custom.kind", &json!({}), 3)?;
+            conn.publish(&a, "custom.kind", &json!({}), 3)?;
         }
         assert_eq!(recent_rows(conn)?, 2);
-        assert_eq!(latest_seq(conn, &a)?, Some(5));
-        assert_eq!(latest_seq(conn, &b)?, Some(1));
+        assert_eq!(conn.latest_seq(&a)?, Some(5));
+        assert_eq!(conn.latest_seq(&b)?, Some(1));
         assert_eq!(seqs(conn, &a, None, 100), [0, 1, 2, 3, 4, 5]);
         assert_eq!(seqs(conn, &a, Some(2), 2), [3, 4]);
         assert_eq!(seqs(conn, &a, None, 2), [0, 1]);
         assert_eq!(seqs(conn, &a, Some(3), 100), [4, 5]);
         assert_eq!(seqs(conn, &b, None, 100), [0, 1]);
-        let stored: Vec<u64> = stored_events(conn, &a)?.iter().map(|e| e.seq).collect();
+        let stored: Vec<u64> = conn.stored_events(&a)?.iter().map(|e| e.seq).collect();
         assert_eq!(stored, [0, 1, 2, 3, 4, 5]);
         // A compaction and a deletion reach both indexes.
-        let ids: Vec<String> = compactable(conn, 1, i64::MAX, 10)?
+        let ids: Vec<String> = conn
+            .compactable(1, i64::MAX, 10)?
             .iter()
             .map(|s| s.as_str().to_owned())
             .collect();
         assert_eq!(ids, ["a", "b"]);
-        assert_eq!(compact(conn, &a, 1, i64::MAX)?, Some((5, 5)));
+        assert_eq!(conn.compact(&a, 1, i64::MAX)?, Some((5, 5)));
         assert_eq!(seqs(conn, &a, None, 100), [5]);
-        delete_session(conn, &b)?;
-        assert!(stored_events(conn, &b)?.is_empty());
-        assert_eq!(publish(conn, &a, "custom.kind", &json!({}), 4)?.seq, 6);
+        conn.delete_session(&b)?;
+        assert!(conn.stored_events(&b)?.is_empty());
+        assert_eq!(conn.publish(&a, "custom.kind", &json!({}), 4)?.seq, 6);
         Ok(())
     }
 
@@ -255,7 +255,7 @@ mod tests {
         // The first call of a connection settles what an earlier process left.
         settler.maybe_settle(conn, Maintenance::AfterWrite);
         assert_eq!(recent_rows(conn)?, 0);
-        publish(conn, &a, "custom.kind", &json!({}), 2)?;
+        conn.publish(&a, "custom.kind", &json!({}), 2)?;
         settler.maybe_settle(conn, Maintenance::AfterWrite);
         assert_eq!(recent_rows(conn)?, 1, "one event is not enough");
         conn.execute_batch("BEGIN")?;
@@ -266,7 +266,7 @@ mod tests {
         assert_eq!(recent_rows(conn)?, 0, "idle: whatever came");
         conn.execute_batch("BEGIN")?;
         for _ in 0..SETTLE_EVERY {
-            publish(conn, &a, "custom.kind", &json!({}), 3)?;
+            conn.publish(&a, "custom.kind", &json!({}), 3)?;
         }
         conn.execute_batch("COMMIT")?;
         settler.maybe_settle(conn, Maintenance::Deferred);
@@ -274,12 +274,12 @@ mod tests {
         settler.maybe_settle(conn, Maintenance::AfterWrite);
         assert_eq!(recent_rows(conn)?, 0);
         assert_eq!(
-            latest_seq(conn, &a)?,
+            conn.latest_seq(&a)?,
             Some(u64::try_from(SETTLE_EVERY + 1).unwrap_or(0))
         );
         conn.execute_batch("BEGIN")?;
         for _ in 0..SETTLE_DEFERRED {
-            publish(conn, &a, "custom.kind", &json!({}), 4)?;
+            conn.publish(&a, "custom.kind", &json!({}), 4)?;
         }
         conn.execute_batch("COMMIT")?;
         settler.maybe_settle(conn, Maintenance::Deferred);

@@ -1,13 +1,14 @@
-//! Session rows: lookup, keyset listing and idempotent creation.
+//! Session rows ([`SessionRows`]): lookup, keyset listing and idempotent creation.
+
+use std::borrow::Borrow;
 
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use super::{
-    append, conflict_on_constraint, json_text, json_value, limit_param, session_id, StoreError,
-};
+use super::{json_value, limit_param, session_id, SqliteStore, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
+use crate::journal::backend::{EventRows, SessionRows};
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
 /// The columns a session is read with, from `session` joined (left) with its claim row
@@ -76,28 +77,6 @@ impl SessionRow {
     }
 }
 
-/// The stored session `id`, if any.
-pub(crate) fn get_session(
-    conn: &Connection,
-    id: &SessionId,
-) -> Result<Option<SessionInfo>, StoreError> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        session_columns!(),
-        " FROM session",
-        claim_join!(),
-        " WHERE id = ?1"
-    ))?;
-    let row = stmt.query_row([id.as_str()], SessionRow::read).optional()?;
-    row.map(SessionRow::decode).transpose()
-}
-
-/// Whether a session `id` is stored.
-pub(crate) fn session_exists(conn: &Connection, id: &SessionId) -> Result<bool, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT EXISTS(SELECT 1 FROM session WHERE id = ?1)")?;
-    Ok(stmt.query_row([id.as_str()], |row| row.get(0))?)
-}
-
 /// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
 fn escape_like(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -111,7 +90,7 @@ fn escape_like(s: &str) -> String {
 }
 
 /// A search with this many candidates or more in the title index reads the sessions in order
-/// instead (see [`list_sessions`]).
+/// instead (see `list_sessions`).
 const SEARCH_CANDIDATES: i64 = 4096;
 
 /// `search` as an FTS5 string (a phrase: the trigram tokenizer matches it as a substring).
@@ -137,147 +116,131 @@ fn few_candidates(conn: &Connection, search: &str) -> Result<bool, StoreError> {
     Ok(found < SEARCH_CANDIDATES)
 }
 
-/// Sessions matching `query`, keyset-paged on `(time_created, id)`.
-///
-/// A `Previous` anchor reads the page before the anchor by scanning in the opposite order and
-/// reversing the rows, so every page reads in the requested order.
-///
-/// A search is `title LIKE '%text%'` (ASCII case-insensitive, wildcards escaped) either way;
-/// what differs is which rows it tests. When the title index (`session_search`, trigrams) has
-/// few candidates for the text, only they are read (by rowid, then sorted): a search matching
-/// nothing costs a probe of the index, not a scan of every title. A text shorter than three
-/// characters has no trigram, and a text most titles contain is found sooner by reading the
-/// sessions in order until the page is full: both scan as before. The index folds case at
-/// least as widely as `LIKE` (Unicode, not only ASCII), so its candidates hold every match.
-pub(crate) fn list_sessions(
-    conn: &Connection,
-    query: &ListQuery,
-) -> Result<Vec<SessionInfo>, StoreError> {
-    let mut params: Vec<SqlValue> = Vec::new();
-    // Binds a value and returns its placeholder.
-    let mut param = |value: SqlValue| {
-        params.push(value);
-        format!("?{}", params.len())
-    };
-    let mut clauses: Vec<String> = Vec::new();
-    if let Some(directory) = &query.directory {
-        clauses.push(format!("directory = {}", param(directory.clone().into())));
-    }
-    match &query.parent {
-        ParentFilter::Any => {}
-        ParentFilter::TopLevel => clauses.push("parent_id IS NULL".into()),
-        ParentFilter::ChildrenOf(parent) => {
-            clauses.push(format!("parent_id = {}", param(parent.to_string().into())));
-        }
-    }
-    let mut from = String::from("session");
-    if let Some(search) = &query.search {
-        let pattern = param(format!("%{}%", escape_like(search)).into());
-        clauses.push(format!(r"title LIKE {pattern} ESCAPE '\'"));
-        if few_candidates(conn, search)? {
-            // `CROSS JOIN` keeps the candidates as the outer loop, whatever else filters.
-            let phrase = param(fts_phrase(search).into());
-            from = format!(
-                "(SELECT rowid AS hit FROM session_search WHERE session_search MATCH {phrase}) \
-                 CROSS JOIN session ON session.rowid = hit"
-            );
-        }
-    }
-    let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
-    let order = if previous {
-        query.order.flip()
-    } else {
-        query.order
-    };
-    let (cmp, dir) = match order {
-        Order::Asc => (">", "ASC"),
-        Order::Desc => ("<", "DESC"),
-    };
-    if let Some(anchor) = &query.anchor {
-        let time = param(anchor.time.into());
-        let id = param(anchor.id.to_string().into());
-        clauses.push(format!("(time_created, id) {cmp} ({time}, {id})"));
-    }
-    let limit = param(limit_param(query.limit).into());
-    let filter = if clauses.is_empty() {
-        String::new()
-    } else {
-        format!(" WHERE {}", clauses.join(" AND "))
-    };
-    let sql = format!(
-        concat!(
+impl<C: Borrow<Connection>> SessionRows for SqliteStore<C> {
+    /// The stored session `id`, if any.
+    fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
+        let mut stmt = self.conn().prepare_cached(concat!(
             "SELECT ",
             session_columns!(),
-            " FROM {}",
+            " FROM session",
             claim_join!(),
-            "{} ORDER BY time_created {}, id {} LIMIT {}"
-        ),
-        from, filter, dir, dir, limit
-    );
-
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt
-        .query_map(rusqlite::params_from_iter(params.iter()), SessionRow::read)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut sessions = rows
-        .into_iter()
-        .map(SessionRow::decode)
-        .collect::<Result<Vec<_>, _>>()?;
-    if previous {
-        sessions.reverse();
+            " WHERE id = ?1"
+        ))?;
+        let row = stmt.query_row([id.as_str()], SessionRow::read).optional()?;
+        row.map(SessionRow::decode).transpose()
     }
-    Ok(sessions)
-}
 
-/// Inserts a session row (the projection of `session.created`); an existing id is a conflict.
-/// A claim or attempt count the record carries (never one `Sessions::create` makes) goes to
-/// its claim row.
-pub(super) fn insert_session(conn: &Connection, info: &SessionInfo) -> Result<(), StoreError> {
-    let model = info.model.as_ref().map(json_text).transpose()?;
-    let metadata = info.metadata.as_ref().map(json_text).transpose()?;
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO session (id, parent_id, title, directory, agent, model, metadata, \
-         time_created, time_updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?;
-    stmt.execute(rusqlite::params![
-        info.id.as_str(),
-        info.parent_id.as_ref().map(SessionId::as_str),
-        info.title,
-        info.directory,
-        info.agent,
-        model,
-        metadata,
-        info.time_created,
-        info.time_updated,
-    ])
-    .map_err(|e| conflict_on_constraint(e, || format!("session {} already exists", info.id)))?;
-    if info.time_suspended.is_some() || info.resume_attempts != 0 {
-        conn.prepare_cached(
-            "INSERT INTO session_claim (session_id, time_suspended, resume_attempts) \
-             VALUES (?1, ?2, ?3)",
-        )?
-        .execute(rusqlite::params![
-            info.id.as_str(),
-            info.time_suspended,
-            info.resume_attempts
-        ])?;
+    /// Whether a session `id` is stored.
+    fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError> {
+        let mut stmt = self
+            .conn()
+            .prepare_cached("SELECT EXISTS(SELECT 1 FROM session WHERE id = ?1)")?;
+        Ok(stmt.query_row([id.as_str()], |row| row.get(0))?)
     }
-    Ok(())
-}
 
-/// Creates `info` unless its id is stored. Returns the stored row and, when it was created, the
-/// `session.created` event (for the caller to hand to the bus after commit); an existing session
-/// is returned unchanged and nothing is published.
-pub(crate) fn create_session(
-    conn: &Connection,
-    info: &SessionInfo,
-) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
-    if let Some(existing) = get_session(conn, &info.id)? {
-        return Ok((existing, None));
+    /// Creates `info` unless its id is stored. Returns the stored row and, when it was created,
+    /// the `session.created` event (for the caller to hand to the bus after commit); an existing
+    /// session is returned unchanged and nothing is published.
+    fn create_session(
+        &mut self,
+        info: &SessionInfo,
+    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
+        if let Some(existing) = self.get_session(&info.id)? {
+            return Ok((existing, None));
+        }
+        let created = SessionEvent::Created { info: info.clone() };
+        let event = self.append(&info.id, &created, info.time_created)?;
+        Ok((info.clone(), Some(event)))
     }
-    let created = SessionEvent::Created { info: info.clone() };
-    let event = append(conn, &info.id, &created, info.time_created)?;
-    Ok((info.clone(), Some(event)))
+
+    /// Sessions matching `query`, keyset-paged on `(time_created, id)`.
+    ///
+    /// A `Previous` anchor reads the page before the anchor by scanning in the opposite order and
+    /// reversing the rows, so every page reads in the requested order.
+    ///
+    /// A search is `title LIKE '%text%'` (ASCII case-insensitive, wildcards escaped) either way;
+    /// what differs is which rows it tests. When the title index (`session_search`, trigrams) has
+    /// few candidates for the text, only they are read (by rowid, then sorted): a search matching
+    /// nothing costs a probe of the index, not a scan of every title. A text shorter than three
+    /// characters has no trigram, and a text most titles contain is found sooner by reading the
+    /// sessions in order until the page is full: both scan as before. The index folds case at
+    /// least as widely as `LIKE` (Unicode, not only ASCII), so its candidates hold every match.
+    fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
+        let mut params: Vec<SqlValue> = Vec::new();
+        // Binds a value and returns its placeholder.
+        let mut param = |value: SqlValue| {
+            params.push(value);
+            format!("?{}", params.len())
+        };
+        let mut clauses: Vec<String> = Vec::new();
+        if let Some(directory) = &query.directory {
+            clauses.push(format!("directory = {}", param(directory.clone().into())));
+        }
+        match &query.parent {
+            ParentFilter::Any => {}
+            ParentFilter::TopLevel => clauses.push("parent_id IS NULL".into()),
+            ParentFilter::ChildrenOf(parent) => {
+                clauses.push(format!("parent_id = {}", param(parent.to_string().into())));
+            }
+        }
+        let mut from = String::from("session");
+        if let Some(search) = &query.search {
+            let pattern = param(format!("%{}%", escape_like(search)).into());
+            clauses.push(format!(r"title LIKE {pattern} ESCAPE '\'"));
+            if few_candidates(self.conn(), search)? {
+                // `CROSS JOIN` keeps the candidates as the outer loop, whatever else filters.
+                let phrase = param(fts_phrase(search).into());
+                from = format!(
+                    "(SELECT rowid AS hit FROM session_search WHERE session_search MATCH {phrase}) \
+                     CROSS JOIN session ON session.rowid = hit"
+                );
+            }
+        }
+        let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
+        let order = if previous {
+            query.order.flip()
+        } else {
+            query.order
+        };
+        let (cmp, dir) = match order {
+            Order::Asc => (">", "ASC"),
+            Order::Desc => ("<", "DESC"),
+        };
+        if let Some(anchor) = &query.anchor {
+            let time = param(anchor.time.into());
+            let id = param(anchor.id.to_string().into());
+            clauses.push(format!("(time_created, id) {cmp} ({time}, {id})"));
+        }
+        let limit = param(limit_param(query.limit).into());
+        let filter = if clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", clauses.join(" AND "))
+        };
+        let sql = format!(
+            concat!(
+                "SELECT ",
+                session_columns!(),
+                " FROM {}",
+                claim_join!(),
+                "{} ORDER BY time_created {}, id {} LIMIT {}"
+            ),
+            from, filter, dir, dir, limit
+        );
+
+        let mut stmt = self.conn().prepare_cached(&sql)?;
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(params.iter()), SessionRow::read)?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        let mut sessions = rows
+            .into_iter()
+            .map(SessionRow::decode)
+            .collect::<Result<Vec<_>, _>>()?;
+        if previous {
+            sessions.reverse();
+        }
+        Ok(sessions)
+    }
 }
 
 #[cfg(test)]

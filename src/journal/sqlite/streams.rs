@@ -9,14 +9,13 @@
 //! session with a log number is a stored session: its number is given with its first event, in
 //! the transaction that creates it, and deleted with its row.
 //!
-//! The memory belongs to one writer connection and is kept on the writer's thread (the
-//! `Store` implementation is the `rusqlite::Connection` itself, which carries no state of
-//! ours). It answers only inside that writer's transaction ([`begin`] to [`commit`] or
-//! [`rollback`]), so nothing else on the thread (a test's own connection, another writer)
-//! ever sees it. What a transaction learns stays *pending* until its COMMIT succeeds: a
-//! rollback, or a rollback to a savepoint, forgets it (a number given inside it may not exist
-//! any more). A deletion forgets the session at once. Forgetting is always safe: the next
-//! append asks the table.
+//! The memory belongs to one writer's store ([`super::SqliteStore`]: the writer's connection
+//! and what it remembers, owned together). It answers only inside that writer's transaction
+//! ([`Streams::begin`] to [`Streams::commit`] or [`Streams::rollback`]); a store over a pooled
+//! connection never opens one, so its memory stays empty. What a transaction learns stays
+//! *pending* until its COMMIT succeeds: a rollback, or a rollback to a savepoint, forgets it (a
+//! number given inside it may not exist any more). A deletion forgets the session at once.
+//! Forgetting is always safe: the next append asks the table.
 //!
 //! Within one transaction it also keeps the newest seq appended to each log, so the second
 //! event of a log in that transaction (the restart sweep's claim after its notice, a prompt's
@@ -25,11 +24,11 @@
 //! write lock is held only until then, and another connection may append after it.
 //!
 //! A claim relies on the memory too: a session whose log number the writer knows is stored,
-//! so its claim row is written without a probe of the session table (`claim::claim`).
+//! so its claim row is written without a probe of the session table
+//! (`ProjectionRows::write_claim`, in `projection.rs`), and so is a turn's fence check
+//! (`OwnershipRows::check_fence`, in `ownership.rs`).
 
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::Connection;
 
@@ -41,12 +40,10 @@ use crate::id::SessionId;
 /// next transactions learn (about 6 MiB at this size).
 const CAPACITY: usize = 1 << 16;
 
-/// One writer's memory.
+/// One writer's memory of log numbers.
 #[derive(Debug, Default)]
-struct Memory {
-    /// The writer it belongs to ([`next_writer`]).
-    writer: u64,
-    /// Inside that writer's transaction.
+pub(crate) struct Streams {
+    /// Inside the writer's transaction.
     open: bool,
     /// Numbers committed.
     known: HashMap<SessionId, i64>,
@@ -59,163 +56,112 @@ struct Memory {
     appended: HashMap<i64, u64>,
 }
 
-thread_local! {
-    static MEMORY: RefCell<Option<Memory>> = const { RefCell::new(None) };
-}
+impl Streams {
+    /// The writer's transaction has begun: from now until it ends, the memory answers.
+    pub(crate) fn begin(&mut self) {
+        self.pending.clear();
+        self.appended.clear();
+        self.open = true;
+    }
 
-/// A number for a new writer connection, which names its memory.
-pub(crate) fn next_writer() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}
-
-/// `f` on this thread's memory, if there is one (and the thread is not being torn down).
-fn with<T>(f: impl FnOnce(&mut Memory) -> T) -> Option<T> {
-    MEMORY
-        .try_with(|m| m.borrow_mut().as_mut().map(f))
-        .ok()
-        .flatten()
-}
-
-/// `writer`'s transaction has begun on this thread: from now until it ends, the memory
-/// answers. A memory another writer left on the thread is dropped.
-pub(crate) fn begin(writer: u64) {
-    MEMORY.with(|m| {
-        let mut m = m.borrow_mut();
-        let memory = m.get_or_insert_with(Memory::default);
-        if memory.writer != writer {
-            *memory = Memory {
-                writer,
-                ..Memory::default()
-            };
-        }
-        memory.pending.clear();
-        memory.appended.clear();
-        memory.open = true;
-    });
-}
-
-/// The transaction committed: what it learned is known.
-pub(crate) fn commit() {
-    with(|m| {
-        if m.open {
-            if m.known.len() + m.pending.len() > CAPACITY {
-                m.known.clear();
+    /// The transaction committed: what it learned is known.
+    pub(crate) fn commit(&mut self) {
+        if self.open {
+            if self.known.len() + self.pending.len() > CAPACITY {
+                self.known.clear();
             }
-            m.known.extend(m.pending.drain());
+            self.known.extend(self.pending.drain());
         }
-        m.appended.clear();
-        m.open = false;
-    });
-}
+        self.appended.clear();
+        self.open = false;
+    }
 
-/// The transaction rolled back (or its COMMIT failed): what it learned is forgotten.
-pub(crate) fn rollback() {
-    with(|m| {
-        m.pending.clear();
-        m.appended.clear();
-        m.open = false;
-    });
-}
+    /// The transaction rolled back (or its COMMIT failed): what it learned is forgotten.
+    pub(crate) fn rollback(&mut self) {
+        self.pending.clear();
+        self.appended.clear();
+        self.open = false;
+    }
 
-/// A savepoint of the transaction rolled back: what the transaction learned is forgotten (some
-/// of it may have been the savepoint's).
-pub(crate) fn rollback_to() {
-    with(|m| {
-        m.pending.clear();
-        m.appended.clear();
-    });
-}
+    /// A savepoint of the transaction rolled back: what the transaction learned is forgotten
+    /// (some of it may have been the savepoint's).
+    pub(crate) fn rollback_to(&mut self) {
+        self.pending.clear();
+        self.appended.clear();
+    }
 
-/// `session`'s log number, if this writer's transaction is open and knows it.
-pub(crate) fn lookup(session: &SessionId) -> Option<i64> {
-    with(|m| {
-        if m.open {
-            m.known
+    /// `session`'s log number, if the writer's transaction is open and knows it.
+    pub(crate) fn lookup(&self, session: &SessionId) -> Option<i64> {
+        if self.open {
+            self.known
                 .get(session)
-                .or_else(|| m.pending.get(session))
+                .or_else(|| self.pending.get(session))
                 .copied()
         } else {
             None
         }
-    })
-    .flatten()
-}
+    }
 
-/// `session`'s log is numbered `k` (read or given in the open transaction).
-pub(crate) fn learn(session: &SessionId, k: i64) {
-    with(|m| {
-        if m.open {
-            m.pending.insert(session.clone(), k);
+    /// `session`'s log is numbered `k` (read or given in the open transaction).
+    pub(crate) fn learn(&mut self, session: &SessionId, k: i64) {
+        if self.open {
+            self.pending.insert(session.clone(), k);
         }
-    });
-}
+    }
 
-/// The seq the next event of log `stream` gets, if this writer's open transaction appended
-/// to that log: one past the newest it appended.
-pub(crate) fn next_appended(stream: i64) -> Option<u64> {
-    with(|m| {
-        if m.open {
-            m.appended.get(&stream).map(|seq| seq + 1)
+    /// The seq the next event of log `stream` gets, if the open transaction appended to that
+    /// log: one past the newest it appended.
+    pub(crate) fn next_appended(&self, stream: i64) -> Option<u64> {
+        if self.open {
+            self.appended.get(&stream).map(|seq| seq + 1)
         } else {
             None
         }
-    })
-    .flatten()
-}
-
-/// The open transaction appended `seq` to log `stream`.
-pub(crate) fn appended(stream: i64, seq: u64) {
-    with(|m| {
-        if m.open {
-            m.appended.insert(stream, seq);
-        }
-    });
-}
-
-/// `session` is being deleted: its number is forgotten now, whatever its transaction does
-/// (and what the transaction appended: a number may be given again).
-pub(crate) fn forget(session: &SessionId) {
-    with(|m| {
-        m.known.remove(session);
-        m.pending.remove(session);
-        m.appended.clear();
-    });
-}
-
-/// The open transaction rewrote logs other than by appending (a compaction): what it appended
-/// is asked of the tables again.
-pub(crate) fn forget_appended() {
-    with(|m| m.appended.clear());
-}
-
-/// Drops `writer`'s memory (the writer is gone, or gives its memory back); another writer's
-/// is left alone.
-pub(crate) fn release(writer: u64) {
-    // (`try_with`: a writer may be dropped while its thread is torn down.)
-    let _ = MEMORY.try_with(|m| {
-        let mut m = m.borrow_mut();
-        if m.as_ref().is_some_and(|memory| memory.writer == writer) {
-            *m = None;
-        }
-    });
-}
-
-/// Where `session`'s next event goes (see [`super::segments`]): the segment the writer's
-/// memory knows, when its transaction knows it, else the one the table says (the first, given
-/// with the first event; a new one, opened past a long absence, with its first seq read by
-/// `next_seq`), which is then remembered.
-pub(super) fn stream_key(
-    conn: &Connection,
-    session: &SessionId,
-    next_seq: impl FnOnce(Option<i64>) -> Result<u64, StoreError>,
-) -> Result<Placed, StoreError> {
-    if let Some(k) = lookup(session) {
-        return Ok(Placed { k, seq: None });
     }
-    let placed = segments::place(conn, session, next_seq)?;
-    learn(session, placed.k);
-    Ok(placed)
+
+    /// The open transaction appended `seq` to log `stream`.
+    pub(crate) fn appended(&mut self, stream: i64, seq: u64) {
+        if self.open {
+            self.appended.insert(stream, seq);
+        }
+    }
+
+    /// `session` is being deleted: its number is forgotten now, whatever its transaction does
+    /// (and what the transaction appended: a number may be given again).
+    pub(crate) fn forget(&mut self, session: &SessionId) {
+        self.known.remove(session);
+        self.pending.remove(session);
+        self.appended.clear();
+    }
+
+    /// The open transaction rewrote logs other than by appending (a compaction): what it
+    /// appended is asked of the tables again.
+    pub(crate) fn forget_appended(&mut self) {
+        self.appended.clear();
+    }
+
+    /// Drops the memory (the writer gives its memory back, or went idle).
+    pub(crate) fn release(&mut self) {
+        *self = Self::default();
+    }
+
+    /// Where `session`'s next event goes (see [`super::segments`]): the segment this memory
+    /// knows, when its transaction knows it, else the one the table says (the first, given
+    /// with the first event; a new one, opened past a long absence, with its first seq read by
+    /// `next_seq`), which is then remembered.
+    pub(super) fn stream_key(
+        &mut self,
+        conn: &Connection,
+        session: &SessionId,
+        next_seq: impl FnOnce(Option<i64>) -> Result<u64, StoreError>,
+    ) -> Result<Placed, StoreError> {
+        if let Some(k) = self.lookup(session) {
+            return Ok(Placed { k, seq: None });
+        }
+        let placed = segments::place(conn, session, next_seq)?;
+        self.learn(session, placed.k);
+        Ok(placed)
+    }
 }
 
 #[cfg(test)]
@@ -223,8 +169,10 @@ mod tests {
     use super::*;
     use crate::journal::backend::WriterConnection;
     use crate::journal::sqlite::backend::SqliteWriter;
+    use crate::journal::sqlite::test_support::rows::*;
     use crate::journal::sqlite::test_support::{create, sid, test_db, TestDb};
-    use crate::journal::sqlite::{self, events_after};
+    use crate::journal::sqlite::{self, SqliteStore};
+
     fn writer(db: &TestDb) -> Result<SqliteWriter, StoreError> {
         Ok(SqliteWriter::new(
             sqlite::open_connection(&db.cfg)?,
@@ -232,25 +180,25 @@ mod tests {
         ))
     }
 
-    fn conn(w: &mut SqliteWriter) -> &Connection {
-        w.store().as_sqlite().expect("the SQLite store")
+    fn conn(w: &mut SqliteWriter) -> &mut SqliteStore {
+        w.sqlite_store()
     }
 
-    fn log_len(conn: &Connection, s: &str) -> usize {
-        events_after(conn, &sid(s), None, 100).expect("read").len()
+    fn log_len(conn: &mut SqliteStore, s: &str) -> usize {
+        conn.events_after(&sid(s), None, 100).expect("read").len()
     }
 
     /// A number given inside a transaction that rolled back (or to a savepoint that did) is
     /// not used again: another session may have it by then, and the log would be theirs.
     #[test]
     fn a_number_given_in_a_rolled_back_transaction_is_not_used_again() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         let mut w = writer(&db)?;
         w.begin()?;
         create(conn(&mut w), "a", None, 1)?;
         w.rollback();
         // Another connection creates `b`: it gets the number `a` had.
-        create(&db.conn, "b", None, 2)?;
+        create(&mut db.conn, "b", None, 2)?;
         w.begin()?;
         create(conn(&mut w), "a", None, 3)?;
         w.savepoint()?;
@@ -263,7 +211,7 @@ mod tests {
         w.commit()?;
         for s in ["a", "b", "c", "d"] {
             assert_eq!(
-                log_len(&db.conn, s),
+                log_len(&mut db.conn, s),
                 1,
                 "the log of {s}: its created event alone"
             );
@@ -275,7 +223,7 @@ mod tests {
     /// gets a new log.
     #[test]
     fn a_deleted_session_is_fenced_though_the_writer_knew_its_number() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         let mut w = writer(&db)?;
         let a = sid("a");
         w.begin()?;
@@ -293,7 +241,7 @@ mod tests {
         );
         create(conn(&mut w), "a", None, 2)?;
         w.commit()?;
-        let log = events_after(&db.conn, &a, None, 100)?;
+        let log = db.conn.events_after(&a, None, 100)?;
         assert_eq!(log.iter().map(|e| e.seq).collect::<Vec<_>>(), [0]);
         Ok(())
     }
@@ -328,21 +276,21 @@ mod tests {
     }
 
     /// The seqs and types of `s`'s log.
-    fn log(conn: &Connection, s: &str) -> Vec<(u64, String)> {
-        events_after(conn, &sid(s), None, 100)
+    fn log(conn: &mut SqliteStore, s: &str) -> Vec<(u64, String)> {
+        conn.events_after(&sid(s), None, 100)
             .expect("read")
             .into_iter()
             .map(|e| (e.seq, e.kind))
             .collect()
     }
 
-    fn note(conn: &Connection, s: &str, kind: &str) -> Result<u64, StoreError> {
-        Ok(sqlite::publish(conn, &sid(s), kind, &serde_json::json!({}), 9)?.seq)
+    fn note(conn: &mut SqliteStore, s: &str, kind: &str) -> Result<u64, StoreError> {
+        Ok(conn.publish(&sid(s), kind, &serde_json::json!({}), 9)?.seq)
     }
 
     #[test]
     fn a_rolled_back_savepoint_gives_its_seqs_again() -> Result<(), StoreError> {
-        let db = test_db()?;
+        let mut db = test_db()?;
         let mut w = writer(&db)?;
         w.begin()?;
         create(conn(&mut w), "a", None, 1)?;
@@ -363,20 +311,20 @@ mod tests {
             .iter()
             .map(|(q, k)| (*q, (*k).to_owned()))
             .collect();
-        assert_eq!(log(&db.conn, "a"), expected);
+        assert_eq!(log(&mut db.conn, "a"), expected);
         Ok(())
     }
 
     #[test]
     fn an_append_of_another_connection_between_two_transactions_is_seen() -> Result<(), StoreError>
     {
-        let db = test_db()?;
+        let mut db = test_db()?;
         let mut w = writer(&db)?;
         w.begin()?;
         create(conn(&mut w), "a", None, 1)?;
         assert_eq!(note(conn(&mut w), "a", "x")?, 1);
         w.commit()?;
-        assert_eq!(note(&db.conn, "a", "theirs")?, 2);
+        assert_eq!(note(&mut db.conn, "a", "theirs")?, 2);
         w.begin()?;
         assert_eq!(
             note(conn(&mut w), "a", "y")?,
@@ -384,51 +332,51 @@ mod tests {
             "after the other connection's"
         );
         w.commit()?;
-        assert_eq!(log(&db.conn, "a").len(), 4);
+        assert_eq!(log(&mut db.conn, "a").len(), 4);
         Ok(())
     }
 
     #[test]
     fn only_an_open_transaction_of_its_writer_sees_the_memory() {
-        let (w, other) = (next_writer(), next_writer());
+        let (mut w, mut other) = (Streams::default(), Streams::default());
         let s = sid("s");
-        begin(w);
-        learn(&s, 7);
-        assert_eq!(lookup(&s), Some(7), "pending, in the transaction");
-        commit();
-        assert_eq!(lookup(&s), None, "outside a transaction");
-        begin(w);
-        assert_eq!(lookup(&s), Some(7), "known after the commit");
-        rollback();
-        begin(other);
-        assert_eq!(lookup(&s), None, "another writer starts afresh");
-        rollback();
-        release(other);
+        w.begin();
+        w.learn(&s, 7);
+        assert_eq!(w.lookup(&s), Some(7), "pending, in the transaction");
+        w.commit();
+        assert_eq!(w.lookup(&s), None, "outside a transaction");
+        w.begin();
+        assert_eq!(w.lookup(&s), Some(7), "known after the commit");
+        w.rollback();
+        other.begin();
+        assert_eq!(other.lookup(&s), None, "another writer starts afresh");
+        other.rollback();
+        other.release();
     }
 
     #[test]
     fn a_rollback_forgets_what_the_transaction_learned_and_a_deletion_forgets_at_once() {
-        let w = next_writer();
+        let mut w = Streams::default();
         let (a, b) = (sid("a"), sid("b"));
-        begin(w);
-        learn(&a, 1);
-        commit();
-        begin(w);
-        learn(&b, 2);
-        rollback_to();
-        assert_eq!(lookup(&b), None, "a savepoint's rollback");
-        learn(&b, 2);
-        rollback();
-        begin(w);
-        assert_eq!(lookup(&b), None, "the transaction's rollback");
-        assert_eq!(lookup(&a), Some(1));
-        forget(&a);
-        assert_eq!(lookup(&a), None);
-        rollback();
-        release(w);
-        begin(w);
-        assert_eq!(lookup(&a), None, "released");
-        rollback();
-        release(w);
+        w.begin();
+        w.learn(&a, 1);
+        w.commit();
+        w.begin();
+        w.learn(&b, 2);
+        w.rollback_to();
+        assert_eq!(w.lookup(&b), None, "a savepoint's rollback");
+        w.learn(&b, 2);
+        w.rollback();
+        w.begin();
+        assert_eq!(w.lookup(&b), None, "the transaction's rollback");
+        assert_eq!(w.lookup(&a), Some(1));
+        w.forget(&a);
+        assert_eq!(w.lookup(&a), None);
+        w.rollback();
+        w.release();
+        w.begin();
+        assert_eq!(w.lookup(&a), None, "released");
+        w.rollback();
+        w.release();
     }
 }

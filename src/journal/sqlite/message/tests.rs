@@ -4,12 +4,13 @@ use serde_json::json;
 
 use super::*;
 use crate::event::kind;
-use crate::journal::sqlite::latest_seq;
+use crate::journal::sqlite::projection::message_exists;
 use crate::journal::sqlite::test_support::{context, messages, messages_after, messages_tail};
 use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
+use crate::journal::sqlite::SqliteStore;
 use crate::records::{Direction, MessagesQuery};
 
-use crate::journal::sqlite::test_support::admit;
+use crate::journal::sqlite::test_support::{admit, promote_steer};
 use crate::records::{Cursor, Delivery};
 
 fn ids(page: &[Message]) -> Vec<&str> {
@@ -17,21 +18,14 @@ fn ids(page: &[Message]) -> Vec<&str> {
 }
 
 /// Session `s` with messages `m0`..`m4` (seqs 1..=5) and session `t` with `t0`.
-fn seed(conn: &Connection) -> Result<(), StoreError> {
+fn seed(conn: &mut SqliteStore) -> Result<(), StoreError> {
     create(conn, "s", None, 1)?;
     create(conn, "t", None, 1)?;
     for i in 0..5 {
         let id = mid(&format!("m{i}"));
-        append_message(
-            conn,
-            &sid("s"),
-            &id,
-            "assistant",
-            &json!({ "i": i }),
-            10 + i,
-        )?;
+        conn.append_message(&sid("s"), &id, "assistant", &json!({ "i": i }), 10 + i)?;
     }
-    append_message(conn, &sid("t"), &mid("t0"), "assistant", &json!({}), 10)?;
+    conn.append_message(&sid("t"), &mid("t0"), "assistant", &json!({}), 10)?;
     Ok(())
 }
 
@@ -49,10 +43,12 @@ fn query(order: Order, limit: Option<usize>, cursor: Option<(&str, Direction)>) 
 
 #[test]
 fn append_message_writes_a_row_at_the_event_seq() -> Result<(), StoreError> {
-    let db = test_db()?;
-    create(&db.conn, "s", None, 1)?;
+    let mut db = test_db()?;
+    create(&mut db.conn, "s", None, 1)?;
     let data = json!({ "text": "hello" });
-    let event = append_message(&db.conn, &sid("s"), &mid("m"), "assistant", &data, 42)?;
+    let event = db
+        .conn
+        .append_message(&sid("s"), &mid("m"), "assistant", &data, 42)?;
     assert_eq!(event.kind, kind::MESSAGE_APPENDED);
     assert_eq!(
         event.data,
@@ -67,16 +63,17 @@ fn append_message_writes_a_row_at_the_event_seq() -> Result<(), StoreError> {
         time_created: 42,
         interrupted: false,
     };
-    assert_eq!(get_message(&db.conn, &sid("s"), &mid("m"))?, Some(expected));
+    assert_eq!(db.conn.get_message(&sid("s"), &mid("m"))?, Some(expected));
     Ok(())
 }
 
 #[test]
 fn append_message_rejects_reused_and_prompt_ids() -> Result<(), StoreError> {
     let mut db = test_db()?;
-    create(&db.conn, "s", None, 1)?;
-    create(&db.conn, "t", None, 1)?;
-    append_message(&db.conn, &sid("s"), &mid("m"), "assistant", &json!(1), 2)?;
+    create(&mut db.conn, "s", None, 1)?;
+    create(&mut db.conn, "t", None, 1)?;
+    db.conn
+        .append_message(&sid("s"), &mid("m"), "assistant", &json!(1), 2)?;
     admit(
         &mut db.conn,
         &sid("s"),
@@ -85,33 +82,36 @@ fn append_message_rejects_reused_and_prompt_ids() -> Result<(), StoreError> {
         Delivery::Queue,
         3,
     )?;
-    let before = latest_seq(&db.conn, &sid("t"))?;
+    let before = db.conn.latest_seq(&sid("t"))?;
     for id in ["m", "p"] {
-        let tx = db.conn.transaction()?;
-        let result = append_message(&tx, &sid("t"), &mid(id), "assistant", &json!(2), 4);
+        db.conn.execute_batch("BEGIN")?;
+        let result = db
+            .conn
+            .append_message(&sid("t"), &mid(id), "assistant", &json!(2), 4);
         assert!(
             matches!(result, Err(StoreError::Conflict(_))),
             "{id}: {result:?}"
         );
+        db.conn.execute_batch("ROLLBACK")?;
     }
-    assert_eq!(latest_seq(&db.conn, &sid("t"))?, before);
+    assert_eq!(db.conn.latest_seq(&sid("t"))?, before);
     Ok(())
 }
 
 #[test]
 fn get_message_is_none_for_another_sessions_message() -> Result<(), StoreError> {
-    let db = test_db()?;
-    seed(&db.conn)?;
-    assert!(get_message(&db.conn, &sid("s"), &mid("m1"))?.is_some());
-    assert_eq!(get_message(&db.conn, &sid("t"), &mid("m1"))?, None);
-    assert_eq!(get_message(&db.conn, &sid("s"), &mid("nope"))?, None);
+    let mut db = test_db()?;
+    seed(&mut db.conn)?;
+    assert!(db.conn.get_message(&sid("s"), &mid("m1"))?.is_some());
+    assert_eq!(db.conn.get_message(&sid("t"), &mid("m1"))?, None);
+    assert_eq!(db.conn.get_message(&sid("s"), &mid("nope"))?, None);
     Ok(())
 }
 
 #[test]
 fn message_exists_in_any_session() -> Result<(), StoreError> {
-    let db = test_db()?;
-    seed(&db.conn)?;
+    let mut db = test_db()?;
+    seed(&mut db.conn)?;
     assert!(message_exists(&db.conn, &mid("m3"))?);
     assert!(message_exists(&db.conn, &mid("t0"))?);
     assert!(!message_exists(&db.conn, &mid("nope"))?);
@@ -121,7 +121,7 @@ fn message_exists_in_any_session() -> Result<(), StoreError> {
 #[test]
 fn messages_order_and_limit() -> Result<(), StoreError> {
     let mut db = test_db()?;
-    seed(&db.conn)?;
+    seed(&mut db.conn)?;
     let desc = messages(&mut db.conn, &MessagesQuery::new(sid("s")))?;
     assert_eq!(ids(&desc), ["m4", "m3", "m2", "m1", "m0"]);
     let asc = messages(&mut db.conn, &query(Order::Asc, Some(2), None))?;
@@ -133,7 +133,7 @@ fn messages_order_and_limit() -> Result<(), StoreError> {
 #[test]
 fn messages_cursor_pages_both_directions_in_both_orders() -> Result<(), StoreError> {
     let mut db = test_db()?;
-    seed(&db.conn)?;
+    seed(&mut db.conn)?;
     let mut page = |order, direction| -> Result<Vec<String>, StoreError> {
         let page = messages(
             &mut db.conn,
@@ -151,7 +151,7 @@ fn messages_cursor_pages_both_directions_in_both_orders() -> Result<(), StoreErr
 #[test]
 fn messages_with_an_unknown_cursor_are_empty() -> Result<(), StoreError> {
     let mut db = test_db()?;
-    seed(&db.conn)?;
+    seed(&mut db.conn)?;
     for cursor in ["nope", "t0"] {
         for direction in [Direction::Next, Direction::Previous] {
             let page = messages(
@@ -167,7 +167,7 @@ fn messages_with_an_unknown_cursor_are_empty() -> Result<(), StoreError> {
 #[test]
 fn context_is_the_whole_transcript_in_seq_order() -> Result<(), StoreError> {
     let mut db = test_db()?;
-    seed(&db.conn)?;
+    seed(&mut db.conn)?;
     assert_eq!(
         ids(&context(&mut db.conn, &sid("s"))?),
         ["m0", "m1", "m2", "m3", "m4"]
@@ -180,7 +180,7 @@ fn context_is_the_whole_transcript_in_seq_order() -> Result<(), StoreError> {
 #[test]
 fn messages_after_and_tail_read_only_their_window() -> Result<(), StoreError> {
     let mut db = test_db()?;
-    seed(&db.conn)?;
+    seed(&mut db.conn)?;
     let seqs: Vec<u64> = context(&mut db.conn, &sid("s"))?
         .iter()
         .map(|m| m.seq)
@@ -207,8 +207,8 @@ fn messages_after_and_tail_read_only_their_window() -> Result<(), StoreError> {
 /// rows they return, however long the transcript.
 #[test]
 fn messages_after_and_tail_search_the_session_seq_index() -> Result<(), StoreError> {
-    let db = test_db()?;
-    seed(&db.conn)?;
+    let mut db = test_db()?;
+    seed(&mut db.conn)?;
     for sql in [
         "EXPLAIN QUERY PLAN SELECT id FROM session_message \
          WHERE session_id = 's' AND seq > 3 ORDER BY seq ASC",
@@ -232,14 +232,43 @@ fn messages_after_and_tail_search_the_session_seq_index() -> Result<(), StoreErr
 #[test]
 fn a_corrupt_stored_payload_is_a_json_error() -> Result<(), StoreError> {
     let mut db = test_db()?;
-    seed(&db.conn)?;
+    seed(&mut db.conn)?;
     db.conn.execute(
         "UPDATE session_message SET data = 'not json' WHERE id = 'm1'",
         [],
     )?;
-    let result = get_message(&db.conn, &sid("s"), &mid("m1"));
+    let result = db.conn.get_message(&sid("s"), &mid("m1"));
     assert!(matches!(result, Err(StoreError::Json(_))), "{result:?}");
     let result = context(&mut db.conn, &sid("s"));
     assert!(matches!(result, Err(StoreError::Json(_))), "{result:?}");
+    Ok(())
+}
+
+fn started(conn: &mut SqliteStore, s: &SessionId) -> Result<u64, StoreError> {
+    Ok(conn
+        .publish(s, kind::EXECUTION_STARTED, &json!({ "boot": "b" }), 1)?
+        .seq)
+}
+
+#[test]
+fn a_user_interrupt_marks_the_turns_prompts() -> Result<(), StoreError> {
+    let mut db = test_db()?;
+    let conn = &mut db.conn;
+    let s = sid("s");
+    create(conn, "s", None, 1)?;
+    admit(conn, &s, &mid("done"), &json!("d"), Delivery::Steer, 2)?;
+    started(conn, &s)?;
+    promote_steer(conn, &s, None, 3)?;
+    conn.publish(&s, kind::EXECUTION_SUCCEEDED, &json!({}), 3)?;
+    admit(conn, &s, &mid("cut"), &json!("c"), Delivery::Steer, 4)?;
+    started(conn, &s)?;
+    promote_steer(conn, &s, None, 5)?;
+    let reason = json!({ "reason": "user" });
+    conn.publish(&s, kind::EXECUTION_INTERRUPTED, &reason, 6)?;
+    let marked: Vec<(String, bool)> = conn
+        .prepare("SELECT id, interrupted FROM session_message ORDER BY seq")?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    assert_eq!(marked, [("done".into(), false), ("cut".into(), true)]);
     Ok(())
 }

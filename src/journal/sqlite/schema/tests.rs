@@ -137,10 +137,8 @@ fn version_4_titles_are_indexed_by_the_migration() -> Result<(), StoreError> {
 /// are dropped from `session`.
 #[test]
 fn version_5_claims_and_seq_counters_migrate_to_version_6() -> Result<(), StoreError> {
+    use crate::journal::sqlite::test_support::rows::*;
     use crate::journal::sqlite::test_support::sid;
-    use crate::journal::sqlite::{
-        claim_seq, claim_state, events_after, latest_seq, list_claimed, log_start, publish,
-    };
 
     let dir = tempdir()?;
     let cfg = StoreConfig::new(dir.path().join("s.db"));
@@ -216,11 +214,12 @@ fn version_5_claims_and_seq_counters_migrate_to_version_6() -> Result<(), StoreE
         }
     }
     let pool = pool::open(&cfg)?;
-    let conn = pool.get()?;
+    let pooled = pool.get()?;
+    let mut conn = crate::journal::sqlite::SqliteStore::new(&*pooled);
     assert_eq!(user_version(&conn)?, LATEST_VERSION);
     let names = tables(&conn)?;
     assert!(!names.iter().any(|n| n == "event_sequence"), "{names:?}");
-    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('session')")?;
+    let mut stmt = pooled.prepare("SELECT name FROM pragma_table_info('session')")?;
     let columns = stmt
         .query_map([], |r| r.get::<_, String>(0))?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -233,28 +232,29 @@ fn version_5_claims_and_seq_counters_migrate_to_version_6() -> Result<(), StoreE
         assert!(!columns.iter().any(|c| c == gone), "{gone} in {columns:?}");
     }
 
-    let state = claim_state(&conn, &sid("claimed"))?.expect("stored");
+    let state = conn.claim_state(&sid("claimed"))?.expect("stored");
     assert_eq!(
         (state.time_suspended, state.resume_attempts),
         (Some(1_000), 2)
     );
     assert_eq!(state.claim_boot.as_deref(), Some("old"));
-    assert_eq!(claim_seq(&conn, &sid("claimed"))?, Some(1));
-    assert_eq!(list_claimed(&conn, None)?, [sid("claimed")]);
-    let adopted = claim_state(&conn, &sid("adopted"))?.expect("stored");
+    assert_eq!(conn.claim_seq(&sid("claimed"))?, Some(1));
+    assert_eq!(conn.list_claimed(None)?, [sid("claimed")]);
+    let adopted = conn.claim_state(&sid("adopted"))?.expect("stored");
     assert_eq!((adopted.time_suspended, adopted.resume_attempts), (None, 1));
-    let idle = claim_state(&conn, &sid("idle"))?.expect("stored");
+    let idle = conn.claim_state(&sid("idle"))?.expect("stored");
     assert_eq!((idle.time_suspended, idle.resume_attempts), (None, 0));
-    let claim_rows: i64 = conn.query_row("SELECT COUNT(*) FROM session_claim", [], |r| r.get(0))?;
+    let claim_rows: i64 =
+        pooled.query_row("SELECT COUNT(*) FROM session_claim", [], |r| r.get(0))?;
     assert_eq!(claim_rows, 2, "only the claimed and the counted session");
 
-    let floors: i64 = conn.query_row("SELECT COUNT(*) FROM event_floor", [], |r| r.get(0))?;
+    let floors: i64 = pooled.query_row("SELECT COUNT(*) FROM event_floor", [], |r| r.get(0))?;
     assert_eq!(
         floors, 2,
         "the log compacted whole and the counter ahead of its log"
     );
-    assert_eq!(log_start(&conn, &sid("ahead"))?, Some(0));
-    assert_eq!(events_after(&conn, &sid("ahead"), None, 10)?.len(), 3);
+    assert_eq!(conn.log_start(&sid("ahead"))?, Some(0));
+    assert_eq!(conn.events_after(&sid("ahead"), None, 10)?.len(), 3);
 
     for (id, latest) in [
         ("claimed", 1),
@@ -264,12 +264,12 @@ fn version_5_claims_and_seq_counters_migrate_to_version_6() -> Result<(), StoreE
         ("kept", 4),
         ("ahead", 6),
     ] {
-        assert_eq!(latest_seq(&conn, &sid(id))?, Some(latest), "{id}");
-        let next = publish(&conn, &sid(id), "custom.kind", &serde_json::json!({}), 2)?;
+        assert_eq!(conn.latest_seq(&sid(id))?, Some(latest), "{id}");
+        let next = conn.publish(&sid(id), "custom.kind", &serde_json::json!({}), 2)?;
         assert_eq!(next.seq, latest + 1, "{id}");
     }
 
-    let found: i64 = conn.query_row(
+    let found: i64 = pooled.query_row(
         "SELECT COUNT(*) FROM session_search f JOIN session s ON s.rowid = f.rowid \
          WHERE session_search MATCH '\"title of\"' AND s.title LIKE 'title of %'",
         [],
@@ -386,8 +386,8 @@ fn version_1_event_log_migrates_to_a_rowid_table() -> Result<(), StoreError> {
 /// `event_log`): replayed as before, and the next seq goes on after the newest.
 #[test]
 fn version_6_events_are_settled_by_the_migration_to_version_7() -> Result<(), StoreError> {
+    use crate::journal::sqlite::test_support::rows::*;
     use crate::journal::sqlite::test_support::sid;
-    use crate::journal::sqlite::{events_after, publish};
 
     let dir = tempdir()?;
     let cfg = StoreConfig::new(dir.path().join("s.db"));
@@ -411,7 +411,8 @@ fn version_6_events_are_settled_by_the_migration_to_version_7() -> Result<(), St
         }
     }
     let pool = pool::open(&cfg)?;
-    let conn = pool.get()?;
+    let pooled = pool.get()?;
+    let mut conn = crate::journal::sqlite::SqliteStore::new(&*pooled);
     assert_eq!(user_version(&conn)?, LATEST_VERSION);
     let settled: i64 = conn.query_row(
         "SELECT COUNT(*) FROM event INDEXED BY event_log \
@@ -422,10 +423,12 @@ fn version_6_events_are_settled_by_the_migration_to_version_7() -> Result<(), St
     assert_eq!(settled, 3);
     let a = sid("a");
     assert_eq!(
-        publish(&conn, &a, "custom.kind", &serde_json::json!({}), 2)?.seq,
+        conn.publish(&a, "custom.kind", &serde_json::json!({}), 2)?
+            .seq,
         3
     );
-    let seqs: Vec<u64> = events_after(&conn, &a, None, 10)?
+    let seqs: Vec<u64> = conn
+        .events_after(&a, None, 10)?
         .iter()
         .map(|e| e.seq)
         .collect();

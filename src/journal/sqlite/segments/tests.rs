@@ -5,11 +5,10 @@ use rusqlite::Connection;
 use serde_json::json;
 
 use super::*;
+use crate::journal::sqlite::recent::settle_recent;
+use crate::journal::sqlite::test_support::rows::*;
 use crate::journal::sqlite::test_support::{create, sid, test_db};
-use crate::journal::sqlite::{
-    compact, delete_session, events_after, latest_seq, publish, recent::settle_recent,
-    stored_events,
-};
+use crate::journal::sqlite::SqliteStore;
 
 /// Numbers given to `n` logs of other (unstored) sessions, as a busy store would give them.
 fn give_numbers(conn: &Connection, n: i64) -> rusqlite::Result<()> {
@@ -25,8 +24,10 @@ fn seqs(events: &[crate::event::EventRecord]) -> Vec<u64> {
     events.iter().map(|e| e.seq).collect()
 }
 
-fn note(conn: &Connection, s: &str, n: i64) -> Result<u64, StoreError> {
-    Ok(publish(conn, &sid(s), "custom.note", &json!({ "n": n }), n)?.seq)
+fn note(conn: &mut SqliteStore, s: &str, n: i64) -> Result<u64, StoreError> {
+    Ok(conn
+        .publish(&sid(s), "custom.note", &json!({ "n": n }), n)?
+        .seq)
 }
 
 /// Past [`SEGMENT_SPAN`] numbers given to others, a session's next event opens a new segment
@@ -35,8 +36,8 @@ fn note(conn: &Connection, s: &str, n: i64) -> Result<u64, StoreError> {
 #[test]
 fn a_session_back_after_a_long_absence_continues_its_log_in_a_new_segment() -> Result<(), StoreError>
 {
-    let db = test_db()?;
-    let conn = &db.conn;
+    let mut db = test_db()?;
+    let conn = &mut db.conn;
     let a = sid("a");
     create(conn, "a", None, 1)?;
     note(conn, "a", 1)?;
@@ -84,21 +85,18 @@ fn a_session_back_after_a_long_absence_continues_its_log_in_a_new_segment() -> R
     assert_eq!(segments_from(conn, &a, 4)?, [top]);
     assert_eq!(segments_from(conn, &a, 9)?, [top]);
 
+    assert_eq!(seqs(&conn.events_after(&a, None, 100)?), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(seqs(&conn.events_after(&a, Some(2), 2)?), [3, 4]);
+    assert_eq!(seqs(&conn.events_after(&a, Some(0), 3)?), [1, 2, 3]);
+    assert_eq!(seqs(&conn.events_after(&a, Some(3), 100)?), [4, 5]);
     assert_eq!(
-        seqs(&events_after(conn, &a, None, 100)?),
-        [0, 1, 2, 3, 4, 5]
-    );
-    assert_eq!(seqs(&events_after(conn, &a, Some(2), 2)?), [3, 4]);
-    assert_eq!(seqs(&events_after(conn, &a, Some(0), 3)?), [1, 2, 3]);
-    assert_eq!(seqs(&events_after(conn, &a, Some(3), 100)?), [4, 5]);
-    assert_eq!(
-        seqs(&events_after(conn, &a, Some(5), 100)?),
+        seqs(&conn.events_after(&a, Some(5), 100)?),
         Vec::<u64>::new()
     );
-    assert_eq!(seqs(&stored_events(conn, &a)?), [0, 1, 2, 3, 4, 5]);
-    assert_eq!(latest_seq(conn, &a)?, Some(5));
+    assert_eq!(seqs(&conn.stored_events(&a)?), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(conn.latest_seq(&a)?, Some(5));
     settle_recent(conn)?;
-    assert_eq!(seqs(&events_after(conn, &a, Some(1), 100)?), [2, 3, 4, 5]);
+    assert_eq!(seqs(&conn.events_after(&a, Some(1), 100)?), [2, 3, 4, 5]);
     Ok(())
 }
 
@@ -106,8 +104,8 @@ fn a_session_back_after_a_long_absence_continues_its_log_in_a_new_segment() -> R
 /// removes every segment and every event of the log.
 #[test]
 fn compaction_and_deletion_cover_every_segment() -> Result<(), StoreError> {
-    let db = test_db()?;
-    let conn = &db.conn;
+    let mut db = test_db()?;
+    let conn = &mut db.conn;
     let a = sid("a");
     create(conn, "a", None, 1)?;
     for n in 1..=3 {
@@ -119,17 +117,17 @@ fn compaction_and_deletion_cover_every_segment() -> Result<(), StoreError> {
     }
     assert_eq!(segments_from(conn, &a, 0)?.len(), 2);
     // Keep the last two (5, 6): the first segment empties, the second keeps its newest.
-    let (start, deleted) = compact(conn, &a, 2, i64::MAX)?.expect("compacted");
+    let (start, deleted) = conn.compact(&a, 2, i64::MAX)?.expect("compacted");
     assert_eq!((start, deleted), (5, 5));
-    assert_eq!(seqs(&stored_events(conn, &a)?), [5, 6]);
+    assert_eq!(seqs(&conn.stored_events(&a)?), [5, 6]);
     assert_eq!(note(conn, "a", 7)?, 7);
     // Keep none: the log is empty, its floor keeps the seqs going.
-    compact(conn, &a, 0, i64::MAX)?.expect("compacted");
-    assert_eq!(seqs(&stored_events(conn, &a)?), Vec::<u64>::new());
-    assert_eq!(latest_seq(conn, &a)?, Some(7));
+    conn.compact(&a, 0, i64::MAX)?.expect("compacted");
+    assert_eq!(seqs(&conn.stored_events(&a)?), Vec::<u64>::new());
+    assert_eq!(conn.latest_seq(&a)?, Some(7));
     assert_eq!(note(conn, "a", 8)?, 8);
 
-    delete_session(conn, &a)?;
+    conn.delete_session(&a)?;
     assert!(segments_from(conn, &a, 0)?.is_empty());
     let rows: i64 = conn.query_row(
         "SELECT COUNT(*) FROM event WHERE aggregate_id = 'a'",

@@ -4,57 +4,58 @@ use serde_json::json;
 
 use super::*;
 use crate::event::kind;
+use crate::journal::sqlite::test_support::rows::*;
 use crate::journal::sqlite::test_support::{create, info, sid, test_db};
-use crate::journal::sqlite::{events_after, latest_seq};
+use crate::journal::sqlite::SqliteStore;
 use crate::records::Anchor;
 
 #[test]
 fn get_session_round_trips_every_field() -> Result<(), StoreError> {
-    let db = test_db()?;
-    create(&db.conn, "parent", None, 5)?;
+    let mut db = test_db()?;
+    create(&mut db.conn, "parent", None, 5)?;
     let mut child = info("child", Some("parent"), 7);
     child.agent = Some("build".into());
     child.model = Some(json!({"provider": "p", "id": "m"}));
     child.metadata = Some(json!(["x", 1]));
     child.time_updated = 9;
-    create_session(&db.conn, &child)?;
-    assert_eq!(get_session(&db.conn, &sid("child"))?, Some(child));
-    assert_eq!(get_session(&db.conn, &sid("ghost"))?, None);
+    db.conn.create_session(&child)?;
+    assert_eq!(db.conn.get_session(&sid("child"))?, Some(child));
+    assert_eq!(db.conn.get_session(&sid("ghost"))?, None);
     Ok(())
 }
 
 #[test]
 fn session_exists_reports_stored_ids_only() -> Result<(), StoreError> {
-    let db = test_db()?;
-    create(&db.conn, "a", None, 1)?;
-    assert!(session_exists(&db.conn, &sid("a"))?);
-    assert!(!session_exists(&db.conn, &sid("b"))?);
+    let mut db = test_db()?;
+    create(&mut db.conn, "a", None, 1)?;
+    assert!(db.conn.session_exists(&sid("a"))?);
+    assert!(!db.conn.session_exists(&sid("b"))?);
     Ok(())
 }
 
 #[test]
 fn create_session_is_idempotent_and_publishes_once() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     let first = info("a", None, 10);
-    let (stored, created) = create_session(&db.conn, &first)?;
+    let (stored, created) = db.conn.create_session(&first)?;
     let created = created.expect("a fresh session publishes");
     assert_eq!((created.seq, created.kind.as_str()), (0, kind::CREATED));
     assert_eq!(stored, first);
     let mut second = info("a", None, 20);
     second.title = "another title".into();
-    let (again, created) = create_session(&db.conn, &second)?;
+    let (again, created) = db.conn.create_session(&second)?;
     assert_eq!(created, None);
     assert_eq!(again, first);
-    let events = events_after(&db.conn, &sid("a"), None, 10)?;
+    let events = db.conn.events_after(&sid("a"), None, 10)?;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kind, kind::CREATED);
     assert_eq!(events[0].data, json!({ "info": first }));
-    assert_eq!(latest_seq(&db.conn, &sid("a"))?, Some(0));
+    assert_eq!(db.conn.latest_seq(&sid("a"))?, Some(0));
     Ok(())
 }
 
 /// Six sessions: `a`..`f` created at 10, 20, 20, 30, 40, 50 (`b` and `c` tie on time).
-fn seed(conn: &Connection) -> Result<(), StoreError> {
+fn seed(conn: &mut SqliteStore) -> Result<(), StoreError> {
     for (id, parent, time, dir, title) in [
         ("a", None, 10, "/one", "plain title"),
         ("b", None, 20, "/one", "100% done"),
@@ -66,7 +67,7 @@ fn seed(conn: &Connection) -> Result<(), StoreError> {
         let mut s = info(id, parent, time);
         s.directory = dir.into();
         s.title = title.into();
-        create_session(conn, &s)?;
+        conn.create_session(&s)?;
     }
     Ok(())
 }
@@ -77,42 +78,42 @@ fn ids(sessions: &[SessionInfo]) -> Vec<&str> {
 
 #[test]
 fn list_filters_by_directory_and_parent() -> Result<(), StoreError> {
-    let db = test_db()?;
-    seed(&db.conn)?;
-    let all = list_sessions(&db.conn, &ListQuery::default())?;
+    let mut db = test_db()?;
+    seed(&mut db.conn)?;
+    let all = db.conn.list_sessions(&ListQuery::default())?;
     assert_eq!(ids(&all), ["f", "e", "d", "c", "b", "a"]);
     let one = ListQuery {
         directory: Some("/one".into()),
         ..ListQuery::default()
     };
-    assert_eq!(ids(&list_sessions(&db.conn, &one)?), ["f", "c", "b", "a"]);
+    assert_eq!(ids(&db.conn.list_sessions(&one)?), ["f", "c", "b", "a"]);
     let top = ListQuery {
         parent: ParentFilter::TopLevel,
         ..ListQuery::default()
     };
-    assert_eq!(ids(&list_sessions(&db.conn, &top)?), ["f", "d", "b", "a"]);
+    assert_eq!(ids(&db.conn.list_sessions(&top)?), ["f", "d", "b", "a"]);
     let children = ListQuery {
         parent: ParentFilter::ChildrenOf(sid("a")),
         directory: Some("/two".into()),
         ..ListQuery::default()
     };
-    assert_eq!(ids(&list_sessions(&db.conn, &children)?), ["e"]);
+    assert_eq!(ids(&db.conn.list_sessions(&children)?), ["e"]);
     Ok(())
 }
 
 #[test]
 fn list_search_treats_like_wildcards_literally() -> Result<(), StoreError> {
-    let db = test_db()?;
-    seed(&db.conn)?;
+    let mut db = test_db()?;
+    seed(&mut db.conn)?;
     let search = |text: &str| ListQuery {
         search: Some(text.into()),
         ..ListQuery::default()
     };
-    assert_eq!(ids(&list_sessions(&db.conn, &search("100%"))?), ["b"]);
-    assert_eq!(ids(&list_sessions(&db.conn, &search("100"))?), ["c", "b"]);
-    assert_eq!(ids(&list_sessions(&db.conn, &search("e_c"))?), ["d"]);
-    assert_eq!(ids(&list_sessions(&db.conn, &search(r"k\s"))?), ["f"]);
-    assert!(list_sessions(&db.conn, &search("%%"))?.is_empty());
+    assert_eq!(ids(&db.conn.list_sessions(&search("100%"))?), ["b"]);
+    assert_eq!(ids(&db.conn.list_sessions(&search("100"))?), ["c", "b"]);
+    assert_eq!(ids(&db.conn.list_sessions(&search("e_c"))?), ["d"]);
+    assert_eq!(ids(&db.conn.list_sessions(&search(r"k\s"))?), ["f"]);
+    assert!(db.conn.list_sessions(&search("%%"))?.is_empty());
     Ok(())
 }
 
@@ -120,7 +121,7 @@ fn list_search_treats_like_wildcards_literally() -> Result<(), StoreError> {
 /// does not, quotes are literal, and texts under three characters scan as before.
 #[test]
 fn list_search_through_the_title_index_keeps_like_semantics() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     for (id, time, title) in [
         ("a", 1, "Plain Title"),
         ("b", 2, "Élan vital"),
@@ -130,19 +131,19 @@ fn list_search_through_the_title_index_keeps_like_semantics() -> Result<(), Stor
     ] {
         let mut s = info(id, None, time);
         s.title = title.into();
-        create_session(&db.conn, &s)?;
+        db.conn.create_session(&s)?;
     }
-    let search = |text: &str| -> Result<Vec<String>, StoreError> {
+    assert!(few_candidates(&db.conn, "plain")?);
+    let mut search = |text: &str| -> Result<Vec<String>, StoreError> {
         let q = ListQuery {
             search: Some(text.into()),
             ..ListQuery::default()
         };
-        Ok(ids(&list_sessions(&db.conn, &q)?)
+        Ok(ids(&db.conn.list_sessions(&q)?)
             .into_iter()
             .map(String::from)
             .collect())
     };
-    assert!(few_candidates(&db.conn, "plain")?);
     assert_eq!(search("plain tITLE")?, ["a"]);
     assert_eq!(search("Élan")?, ["b"]);
     assert!(search("éLAN")?.is_empty(), "LIKE folds ASCII only");
@@ -158,13 +159,13 @@ fn list_search_through_the_title_index_keeps_like_semantics() -> Result<(), Stor
 /// A text most titles hold reads the sessions in order; the page is the same.
 #[test]
 fn list_search_with_many_candidates_reads_in_order() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     let n = SEARCH_CANDIDATES + 4;
     db.conn.execute_batch("BEGIN")?;
     for i in 0..n {
         let mut s = info(&format!("s{i:05}"), None, i);
         s.title = format!("common title {i}");
-        create_session(&db.conn, &s)?;
+        db.conn.create_session(&s)?;
     }
     db.conn.execute_batch("COMMIT")?;
     assert!(!few_candidates(&db.conn, "common")?);
@@ -174,13 +175,13 @@ fn list_search_with_many_candidates_reads_in_order() -> Result<(), StoreError> {
         ..ListQuery::default()
     };
     let newest: Vec<String> = (n - 3..n).rev().map(|i| format!("s{i:05}")).collect();
-    assert_eq!(ids(&list_sessions(&db.conn, &page)?), newest);
+    assert_eq!(ids(&db.conn.list_sessions(&page)?), newest);
     let one = ListQuery {
         search: Some(format!("title {}", n - 1)),
         ..ListQuery::default()
     };
     assert!(few_candidates(&db.conn, "title 12")?);
-    assert_eq!(ids(&list_sessions(&db.conn, &one)?), [newest[0].as_str()]);
+    assert_eq!(ids(&db.conn.list_sessions(&one)?), [newest[0].as_str()]);
     Ok(())
 }
 
@@ -188,20 +189,20 @@ fn list_search_with_many_candidates_reads_in_order() -> Result<(), StoreError> {
 /// its new title only.
 #[test]
 fn the_title_index_follows_deletions() -> Result<(), StoreError> {
-    let db = test_db()?;
+    let mut db = test_db()?;
     let mut s = info("a", None, 1);
     s.title = "first title".into();
-    create_session(&db.conn, &s)?;
-    crate::journal::sqlite::delete_session(&db.conn, &sid("a"))?;
+    db.conn.create_session(&s)?;
+    db.conn.delete_session(&sid("a"))?;
     let search = |text: &str| ListQuery {
         search: Some(text.into()),
         ..ListQuery::default()
     };
-    assert!(list_sessions(&db.conn, &search("first"))?.is_empty());
+    assert!(db.conn.list_sessions(&search("first"))?.is_empty());
     s.title = "second title".into();
-    create_session(&db.conn, &s)?;
-    assert!(list_sessions(&db.conn, &search("first"))?.is_empty());
-    assert_eq!(ids(&list_sessions(&db.conn, &search("second"))?), ["a"]);
+    db.conn.create_session(&s)?;
+    assert!(db.conn.list_sessions(&search("first"))?.is_empty());
+    assert_eq!(ids(&db.conn.list_sessions(&search("second"))?), ["a"]);
     let (rows,): (i64,) = db.conn.query_row(
         "SELECT COUNT(*) FROM session_search WHERE session_search MATCH 'title'",
         [],
@@ -217,28 +218,28 @@ fn the_title_index_follows_deletions() -> Result<(), StoreError> {
 
 #[test]
 fn list_orders_by_time_then_id_and_limits() -> Result<(), StoreError> {
-    let db = test_db()?;
-    seed(&db.conn)?;
+    let mut db = test_db()?;
+    seed(&mut db.conn)?;
     let asc = ListQuery {
         order: Order::Asc,
         limit: Some(4),
         ..ListQuery::default()
     };
-    assert_eq!(ids(&list_sessions(&db.conn, &asc)?), ["a", "b", "c", "d"]);
+    assert_eq!(ids(&db.conn.list_sessions(&asc)?), ["a", "b", "c", "d"]);
     let desc = ListQuery {
         limit: Some(2),
         ..ListQuery::default()
     };
-    assert_eq!(ids(&list_sessions(&db.conn, &desc)?), ["f", "e"]);
+    assert_eq!(ids(&db.conn.list_sessions(&desc)?), ["f", "e"]);
     Ok(())
 }
 
 #[test]
 fn list_anchors_page_next_and_previous_in_both_orders() -> Result<(), StoreError> {
-    let db = test_db()?;
-    seed(&db.conn)?;
+    let mut db = test_db()?;
+    seed(&mut db.conn)?;
     // The anchor is `b` (time 20), which ties on time with `c`.
-    let page = |order, direction| -> Result<Vec<String>, StoreError> {
+    let mut page = |order, direction| -> Result<Vec<String>, StoreError> {
         let q = ListQuery {
             order,
             limit: Some(2),
@@ -249,7 +250,7 @@ fn list_anchors_page_next_and_previous_in_both_orders() -> Result<(), StoreError
             }),
             ..ListQuery::default()
         };
-        Ok(ids(&list_sessions(&db.conn, &q)?)
+        Ok(ids(&db.conn.list_sessions(&q)?)
             .into_iter()
             .map(String::from)
             .collect())
