@@ -94,6 +94,22 @@ pub(crate) trait Store:
         let due = rules::queue_due(self.pending_inputs(session)?);
         due.map(|input| promote(self, input, now)).transpose()
     }
+    /// Appends a transcript message with its `session.message.appended` event.
+    fn append_message(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        let appended = SessionEvent::MessageAppended {
+            message_id: id.clone(),
+            kind: kind.to_owned(),
+            data: data.clone(),
+        };
+        self.append(session, &appended, now)
+    }
     /// One page of a transcript, keyset-paged ([`rules::page`]).
     fn messages(&mut self, query: &MessagesQuery) -> Result<Vec<Message>, StoreError> {
         let anchor = match &query.cursor {

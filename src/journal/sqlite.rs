@@ -129,7 +129,7 @@ pub(crate) mod test_support {
     /// The statements' traits, for a test to call them on a store (`use rows::*`).
     pub(crate) mod rows {
         pub(crate) use crate::journal::backend::{
-            ClaimRows, EventRows, InputRows, MessageRows, RetentionRows, SessionRows,
+            ClaimRows, EventRows, InputRows, MessageRows, RetentionRows, SessionRows, Store,
         };
     }
 

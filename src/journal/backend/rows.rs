@@ -98,15 +98,6 @@ pub(crate) trait InputRows {
 
 /// The transcript.
 pub(crate) trait MessageRows {
-    /// Appends a transcript message with its `session.message.appended` event.
-    fn append_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        data: &Value,
-        now: i64,
-    ) -> Result<EventRecord, StoreError>;
     /// Message `id` if it belongs to `session`.
     fn get_message(
         &mut self,

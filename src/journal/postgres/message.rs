@@ -8,9 +8,8 @@ use serde_json::Value;
 use super::conn::PgConn;
 use super::{json_value, limit_param, message_id, seq_param, seq_value, session_id};
 use crate::error::StoreError;
-use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{EventRows, MessageRows};
+use crate::journal::backend::MessageRows;
 use crate::journal::rules::Scan;
 use crate::records::{Message, Order};
 
@@ -35,23 +34,6 @@ fn decode(row: &Row) -> Result<Message, StoreError> {
 }
 
 impl MessageRows for PgConn {
-    /// Appends a message by publishing `session.message.appended`.
-    fn append_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        data: &Value,
-        now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        let appended = SessionEvent::MessageAppended {
-            message_id: id.clone(),
-            kind: kind.to_owned(),
-            data: data.clone(),
-        };
-        self.append(session, &appended, now)
-    }
-
     /// The message `id` of `session`; `None` when unknown or of another session.
     fn get_message(
         &mut self,

@@ -6,14 +6,12 @@
 use std::borrow::Borrow;
 
 use rusqlite::{Connection, OptionalExtension, Row};
-use serde_json::Value;
 
 use super::{
     get_seq, json_value, limit_param, message_id, seq_param, session_id, SqliteStore, StoreError,
 };
-use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{EventRows, MessageRows};
+use crate::journal::backend::MessageRows;
 use crate::journal::rules::Scan;
 use crate::records::{Message, Order};
 
@@ -64,24 +62,6 @@ impl MessageRow {
 }
 
 impl<C: Borrow<Connection>> MessageRows for SqliteStore<C> {
-    /// Appends a message to `session`'s transcript by appending `session.message.appended`.
-    /// An id already in a transcript is [`StoreError::Conflict`].
-    fn append_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        data: &Value,
-        now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        let appended = SessionEvent::MessageAppended {
-            message_id: id.clone(),
-            kind: kind.to_owned(),
-            data: data.clone(),
-        };
-        self.append(session, &appended, now)
-    }
-
     /// The message `id` of `session`; `None` when it is unknown or belongs to another session.
     fn get_message(
         &mut self,

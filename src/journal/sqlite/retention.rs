@@ -10,6 +10,7 @@ use super::recent::{newest_seq, segments_of, stream_of, time_of_latest};
 use super::{get_seq, seq_param, session_id, SqliteStore, StoreError};
 use crate::id::SessionId;
 use crate::journal::backend::{EventRows, RetentionRows};
+use crate::journal::rules::{self, LogState};
 
 impl<C: Borrow<Connection>> RetentionRows for SqliteStore<C> {
     /// `session` and every session below it, `session` first; empty when it is not stored.
@@ -131,22 +132,22 @@ impl<C: Borrow<Connection>> RetentionRows for SqliteStore<C> {
         ))?;
         let found = stmt
             .query_row([session.as_str()], |row| {
-                Ok((
-                    get_seq(row, 0)?,
-                    get_seq(row, 1)?,
-                    row.get::<_, bool>(2)?,
-                    row.get::<_, Option<i64>>(3)?,
-                ))
+                Ok(LogState {
+                    latest: get_seq(row, 0)?,
+                    start: get_seq(row, 1)?,
+                    claimed: row.get(2)?,
+                    newest_time: row.get(3)?,
+                })
             })
             .optional()?;
         drop(stmt);
-        let Some((latest, start, claimed, newest)) = found else {
+        let Some(log) = found else {
             return Ok(None);
         };
-        let start_now = (latest + 1).saturating_sub(keep_last);
-        if claimed || start_now <= start || newest.is_none_or(|time| time >= idle_before) {
+        let Some(start_now) = rules::compaction_start(log, keep_last, idle_before) else {
             return Ok(None);
-        }
+        };
+        let latest = log.latest;
         let fence = self.latest_interrupt_seq(session)?;
         self.streams.forget_appended();
         let mut deleted = 0;

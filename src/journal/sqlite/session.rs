@@ -9,6 +9,7 @@ use super::{json_value, limit_param, session_id, SqliteStore, StoreError};
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::backend::{EventRows, SessionRows};
+use crate::journal::rules;
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
 /// The columns a session is read with, from `session` joined (left) with its claim row
@@ -197,11 +198,7 @@ impl<C: Borrow<Connection>> SessionRows for SqliteStore<C> {
             }
         }
         let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
-        let order = if previous {
-            query.order.flip()
-        } else {
-            query.order
-        };
+        let (order, reversed) = rules::keyset_order(query.order, previous);
         let (cmp, dir) = match order {
             Order::Asc => (">", "ASC"),
             Order::Desc => ("<", "DESC"),
@@ -236,7 +233,7 @@ impl<C: Borrow<Connection>> SessionRows for SqliteStore<C> {
             .into_iter()
             .map(SessionRow::decode)
             .collect::<Result<Vec<_>, _>>()?;
-        if previous {
+        if reversed {
             sessions.reverse();
         }
         Ok(sessions)

@@ -5,6 +5,7 @@ use serde_json::json;
 use super::*;
 use crate::event::kind;
 use crate::journal::sqlite::projection::message_exists;
+use crate::journal::sqlite::test_support::rows::*;
 use crate::journal::sqlite::test_support::{context, messages, messages_after, messages_tail};
 use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
 use crate::journal::sqlite::SqliteStore;
