@@ -288,7 +288,7 @@ mod tests {
         use serde_json::json;
 
         use crate::event::SessionEvent;
-        use crate::journal::sqlite::test_support::rows::EventRows;
+        use crate::journal::sqlite::test_support::rows::Store;
         use crate::journal::sqlite::{open_connection, SqliteStore, StoreConfig};
 
         use crate::journal::sqlite::test_support::{admit, promote_queue};

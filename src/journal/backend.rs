@@ -21,26 +21,28 @@
 
 use serde_json::Value;
 
+use super::projection::{self, ProjectionRows};
 use super::rules::{self, Scan};
 use super::turn_write::TurnWrite;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::records::{Admission, Delivery, Message, MessagesQuery, Order};
+use crate::records::{Admission, Delivery, Message, MessagesQuery, Order, SessionInfo};
 
 mod ownership;
 mod rows;
 
 pub(crate) use ownership::{ClaimedTurn, Nudge, Ownership, Route, Signal};
 pub(crate) use rows::{
-    settle_inbox, ClaimRows, EventRows, InputRows, MessageRows, OwnershipRows, RetentionRows,
-    SessionRows, TurnRows,
+    append_event, settle_inbox, ClaimRows, EventRows, InputRows, MessageRows, OwnershipRows,
+    RetentionRows, SessionRows, TurnRows,
 };
 
 /// Every statement of an engine ([`SessionRows`] … [`TurnRows`]), and what composes them
 /// with a rule, written once here for every engine: promotion, paging, settle, served inputs.
 pub(crate) trait Store:
     SessionRows
+    + ProjectionRows
     + EventRows
     + InputRows
     + MessageRows
@@ -93,6 +95,46 @@ pub(crate) trait Store:
     ) -> Result<Option<(Admission, EventRecord)>, StoreError> {
         let due = rules::queue_due(self.pending_inputs(session)?);
         due.map(|input| promote(self, input, now)).transpose()
+    }
+    /// Inserts the session with its `session.created` event; an id stored already returns the
+    /// stored row and no event.
+    fn create_session(
+        &mut self,
+        info: &SessionInfo,
+    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
+        if let Some(existing) = self.get_session(&info.id)? {
+            return Ok((existing, None));
+        }
+        let created = SessionEvent::Created { info: info.clone() };
+        let event = self.append(&info.id, &created, info.time_created)?;
+        Ok((info.clone(), Some(event)))
+    }
+    /// Appends a runtime event (next seq of its session), runs its projection, returns it
+    /// ([`append_event`]).
+    fn append(
+        &mut self,
+        session: &SessionId,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        append_event(self, session, event, now)
+    }
+    /// Appends an event given by wire name and payload (a runner-defined event, or a built-in
+    /// one by name: its projection runs), returns it.
+    fn publish(
+        &mut self,
+        session: &SessionId,
+        kind: &str,
+        data: &Value,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        let record = self.insert_event(session, kind, data.clone(), now)?;
+        self.project(&record)?;
+        Ok(record)
+    }
+    /// Runs the projection of a stored event again (the rebuild of the inbox and transcript).
+    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError> {
+        projection::project(self, event)
     }
     /// Appends a transcript message with its `session.message.appended` event.
     fn append_message(
@@ -176,6 +218,7 @@ pub(crate) trait Store:
 
 impl<T> Store for T where
     T: SessionRows
+        + ProjectionRows
         + EventRows
         + InputRows
         + MessageRows

@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 
+use super::backend::{ClaimRows, MessageRows};
 use super::rules::{self, ClaimRow};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
@@ -16,7 +17,7 @@ use crate::id::{MessageId, SessionId};
 use crate::records::{Delivery, SessionInfo};
 
 /// The row writes a projection is made of, as a backend's statements perform them.
-pub(crate) trait ProjectionRows {
+pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
     /// Inserts the session row of `session.created`.
     fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError>;
     /// The claim row of `session`, if it has one.
@@ -24,10 +25,6 @@ pub(crate) trait ProjectionRows {
     /// Writes `claim` as `session`'s claim, its counted resume attempts unchanged; whether the
     /// session is stored (nothing is written when it is not).
     fn write_claim(&mut self, session: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError>;
-    /// The seq of the event that claimed `session`, if it is claimed.
-    fn claim_seq(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError>;
-    /// Marks the prompts the turn claimed at `claim` promoted as interrupted.
-    fn mark_interrupted(&mut self, session: &SessionId, claim: u64) -> Result<(), StoreError>;
     /// Releases the claim of `session`.
     fn release(&mut self, session: &SessionId) -> Result<(), StoreError>;
     /// Inserts the inbox row of an admitted prompt.
@@ -74,7 +71,10 @@ pub(crate) trait ProjectionRows {
 }
 
 /// Applies the projection of one stored event (kinds without one are a no-op).
-pub(crate) fn project(rows: &mut impl ProjectionRows, ev: &EventRecord) -> Result<(), StoreError> {
+pub(crate) fn project(
+    rows: &mut (impl ProjectionRows + ?Sized),
+    ev: &EventRecord,
+) -> Result<(), StoreError> {
     match SessionEvent::projected(&ev.kind, &ev.data) {
         None => Ok(()),
         Some(Ok(event)) => apply(rows, &ev.session_id, ev.seq, ev.time, &event),
@@ -87,7 +87,7 @@ pub(crate) fn project(rows: &mut impl ProjectionRows, ev: &EventRecord) -> Resul
 
 /// The projection of event `seq` of `session`, already decoded (an append knows its event).
 pub(crate) fn apply(
-    rows: &mut impl ProjectionRows,
+    rows: &mut (impl ProjectionRows + ?Sized),
     session: &SessionId,
     seq: u64,
     time: i64,
@@ -137,7 +137,7 @@ pub(crate) fn apply(
 /// Claims `session` for the turn that event `seq` started on `boot`, by the claim merge
 /// ([`rules::merge_claim`]); whether the session is stored.
 pub(crate) fn claim(
-    rows: &mut impl ProjectionRows,
+    rows: &mut (impl ProjectionRows + ?Sized),
     session: &SessionId,
     time: i64,
     seq: u64,

@@ -123,7 +123,7 @@ pub(crate) mod test_support {
     use serde_json::Value;
 
     use crate::event::EventRecord;
-    use crate::journal::backend::{SessionRows, Store};
+    use crate::journal::backend::Store;
     use crate::records::{Admission, Delivery, Message, MessagesQuery, SessionInfo};
 
     /// The statements' traits, for a test to call them on a store (`use rows::*`).
@@ -191,7 +191,7 @@ pub(crate) mod test_support {
 
     /// Creates a session through the store and returns it.
     pub(crate) fn create(
-        store: &mut (impl SessionRows + ?Sized),
+        store: &mut (impl Store + ?Sized),
         id: &str,
         parent: Option<&str>,
         time: i64,

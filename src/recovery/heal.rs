@@ -79,7 +79,7 @@ mod tests {
 
     use crate::event::kind;
     use crate::id::SessionId;
-    use crate::journal::sqlite::test_support::rows::EventRows;
+    use crate::journal::sqlite::test_support::rows::Store;
     use crate::journal::sqlite::{open_connection, SqliteStore, StoreConfig};
     use crate::service::CreateSession;
     use crate::testing::{self, Gate, Script, ScriptedRunner};

@@ -10,6 +10,7 @@ use super::{ClaimedTurn, Nudge, Ownership, Route};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
+use crate::journal::projection::{self, ProjectionRows};
 use crate::journal::rules::{self, Scan, Settlement};
 use crate::journal::turn_write::TurnWrite;
 use crate::records::{Admission, ClaimState, ListQuery, Message, SessionInfo};
@@ -20,36 +21,31 @@ pub(crate) trait SessionRows {
     fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError>;
     /// Whether the session is stored.
     fn session_exists(&mut self, id: &SessionId) -> Result<bool, StoreError>;
-    /// Inserts the session with its `session.created` event; an id stored already returns the
-    /// stored row and no event.
-    fn create_session(
-        &mut self,
-        info: &SessionInfo,
-    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError>;
     /// Sessions matching `query`, keyset-paged.
     fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError>;
 }
 
 /// The event log: appends (each with its projection) and reads.
 pub(crate) trait EventRows {
-    /// Appends a runtime event (next seq of its session), runs its projection, returns it.
-    fn append(
-        &mut self,
-        session: &SessionId,
-        event: &SessionEvent,
-        now: i64,
-    ) -> Result<EventRecord, StoreError>;
-    /// Appends an event given by wire name and payload (a runner-defined event, or a built-in
-    /// one by name: its projection runs), returns it.
-    fn publish(
+    /// Inserts an event with the next seq of `session`'s log, without its projection.
+    fn insert_event(
         &mut self,
         session: &SessionId,
         kind: &str,
-        data: &Value,
-        now: i64,
+        data: Value,
+        time: i64,
     ) -> Result<EventRecord, StoreError>;
-    /// Runs the projection of a stored event again (the rebuild of the inbox and transcript).
-    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError>;
+    /// Appends `event` and runs its projection in one round trip where the engine can (the
+    /// result is that of [`append_event`]); `None`: the statements run one by one.
+    fn append_projected(
+        &mut self,
+        session: &SessionId,
+        event: &SessionEvent,
+        time: i64,
+    ) -> Result<Option<EventRecord>, StoreError> {
+        let _ = (session, event, time);
+        Ok(None)
+    }
     /// Up to `limit` events of `session` with seq greater than `after` (all when `None`).
     fn events_after(
         &mut self,
@@ -268,7 +264,7 @@ pub(crate) trait OwnershipRows {
 
 /// A turn's two writes, each one request of the writer.
 pub(crate) trait TurnRows:
-    SessionRows + EventRows + InputRows + MessageRows + ClaimRows + OwnershipRows
+    SessionRows + EventRows + InputRows + MessageRows + ClaimRows + OwnershipRows + ProjectionRows
 {
     /// Claims a turn of `session` for boot `boot`: [`Store::check_fence`], then appends
     /// `session.execution.started` (whose projection takes the claim) and returns it. An engine
@@ -282,7 +278,7 @@ pub(crate) trait TurnRows:
     ) -> Result<EventRecord, StoreError> {
         self.check_fence(session, epoch)?;
         let boot = boot.to_owned();
-        self.append(session, &SessionEvent::ExecutionStarted { boot }, now)
+        append_event(self, session, &SessionEvent::ExecutionStarted { boot }, now)
     }
     /// Records the terminal `event` of a turn of `session`: [`Store::check_fence`], then, for
     /// a terminal that releases the claim, [`Store::settle`] (decided while the claim is
@@ -302,7 +298,7 @@ pub(crate) trait TurnRows:
         } else {
             None
         };
-        let record = self.append(session, event, now)?;
+        let record = append_event(self, session, event, now)?;
         Ok((next, record))
     }
     /// Runs `turns` (claims and terminals of distinct sessions, in this order) ahead of the
@@ -354,4 +350,23 @@ where
             Ok(None)
         }
     }
+}
+
+/// Appends `event` to `session`'s log with the next seq and runs its projection, in the
+/// caller's transaction (in one round trip where the engine can: [`EventRows::append_projected`]).
+pub(crate) fn append_event<S>(
+    store: &mut S,
+    session: &SessionId,
+    event: &SessionEvent,
+    time: i64,
+) -> Result<EventRecord, StoreError>
+where
+    S: EventRows + ProjectionRows + ?Sized,
+{
+    if let Some(record) = store.append_projected(session, event, time)? {
+        return Ok(record);
+    }
+    let record = store.insert_event(session, event.kind(), event.data()?, time)?;
+    projection::apply(store, session, record.seq, time, event)?;
+    Ok(record)
 }

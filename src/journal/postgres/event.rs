@@ -18,7 +18,6 @@ use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::journal::backend::EventRows;
-use crate::journal::projection;
 
 /// Appends an event to `session`'s log with the next seq, without its projection.
 fn insert(
@@ -85,43 +84,33 @@ fn record(row: &postgres::Row) -> Result<EventRecord, StoreError> {
 }
 
 impl EventRows for PgConn {
-    /// Appends a runtime event with the next seq and runs its projection, in the caller's
-    /// transaction.
-    fn append(
+    /// Appends an event to `session`'s log with the next seq (`ds_append`, one round trip),
+    /// without its projection.
+    fn insert_event(
+        &mut self,
+        session: &SessionId,
+        kind: &str,
+        data: Value,
+        time: i64,
+    ) -> Result<EventRecord, StoreError> {
+        insert(self, session, kind, data, time)
+    }
+
+    /// `session.execution.started` and its projection (the claim) in one round trip.
+    fn append_projected(
         &mut self,
         session: &SessionId,
         event: &SessionEvent,
         time: i64,
-    ) -> Result<EventRecord, StoreError> {
-        if let SessionEvent::ExecutionStarted { boot } = event {
-            // The append and its projection (the claim) in one round trip.
-            return turn::started(self, session, None, boot, time)?.ok_or_else(|| {
+    ) -> Result<Option<EventRecord>, StoreError> {
+        let SessionEvent::ExecutionStarted { boot } = event else {
+            return Ok(None);
+        };
+        turn::started(self, session, None, boot, time)?
+            .ok_or_else(|| {
                 StoreError::Inconsistent("ds_claim_turn appended nothing without a fence".into())
-            });
-        }
-        let record = insert(self, session, event.kind(), event.data()?, time)?;
-        projection::apply(self, session, record.seq, time, event)?;
-        Ok(record)
-    }
-
-    /// Appends an event given by wire name and payload (a built-in name is decoded and projected
-    /// like [`EventRows::append`]).
-    fn publish(
-        &mut self,
-        session: &SessionId,
-        kind: &str,
-        data: &Value,
-        time: i64,
-    ) -> Result<EventRecord, StoreError> {
-        let record = insert(self, session, kind, data.clone(), time)?;
-        self.project(&record)?;
-        Ok(record)
-    }
-
-    /// Applies the projection writes of one stored event (the rule is
-    /// [`projection::project`]'s; these are PostgreSQL's statements for it).
-    fn project(&mut self, ev: &EventRecord) -> Result<(), StoreError> {
-        projection::project(self, ev)
+            })
+            .map(Some)
     }
 
     /// Up to `limit` events of `session` with seq greater than `after` (all when `None`), in seq

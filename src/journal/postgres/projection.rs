@@ -10,7 +10,6 @@ use super::session::session_columns;
 use super::{json_text, seq_param, seq_value};
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{ClaimRows, MessageRows};
 use crate::journal::projection::ProjectionRows;
 use crate::journal::rules::ClaimRow;
 use crate::records::{Delivery, SessionInfo};
@@ -72,16 +71,6 @@ impl ProjectionRows for PgConn {
             "UPDATE session SET time_suspended = $2, claim_seq = $3, claim_boot = $4 WHERE id = $1",
             &[&id.as_str(), &claim.time, &seq, &claim.boot],
         )? > 0)
-    }
-
-    /// [`ClaimRows::claim_seq`] (both traits read it).
-    fn claim_seq(&mut self, id: &SessionId) -> Result<Option<u64>, StoreError> {
-        ClaimRows::claim_seq(self, id)
-    }
-
-    /// [`MessageRows::mark_interrupted`] (both traits write it).
-    fn mark_interrupted(&mut self, id: &SessionId, claim: u64) -> Result<(), StoreError> {
-        MessageRows::mark_interrupted(self, id, claim)
     }
 
     /// Releases the claim on `id` and resets its resume attempts.

@@ -6,9 +6,8 @@ use postgres::Row;
 use super::conn::PgConn;
 use super::{count_value, json_value, limit_param, session_id};
 use crate::error::StoreError;
-use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{EventRows, SessionRows};
+use crate::journal::backend::SessionRows;
 use crate::journal::rules;
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
@@ -150,19 +149,5 @@ impl SessionRows for PgConn {
             sessions.reverse();
         }
         Ok(sessions)
-    }
-
-    /// Creates `info` unless its id is stored: the stored row and, when created, its
-    /// `session.created` event.
-    fn create_session(
-        &mut self,
-        info: &SessionInfo,
-    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
-        if let Some(existing) = self.get_session(&info.id)? {
-            return Ok((existing, None));
-        }
-        let created = SessionEvent::Created { info: info.clone() };
-        let event = self.append(&info.id, &created, info.time_created)?;
-        Ok((info.clone(), Some(event)))
     }
 }

@@ -10,8 +10,8 @@ use super::tests::{config, pg_conn, pg_db};
 use super::tests_nodes::{commit, node, short, wait_for};
 use super::PgConfig;
 use crate::error::StoreError;
-use crate::journal::backend::{EventRows, OwnershipRows, SessionRows};
 use crate::journal::backend::{Nudge, Ownership, Signal, WriterConnection};
+use crate::journal::backend::{OwnershipRows, Store};
 use crate::journal::sqlite::test_support::{info, sid};
 
 /// Whether `signal` is a lost lease.

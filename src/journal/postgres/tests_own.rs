@@ -8,7 +8,7 @@ use super::tests::{config, pg_conn, pg_db, sql};
 use super::PgWriter;
 use crate::error::StoreError;
 use crate::event::kind;
-use crate::journal::backend::{ClaimRows, EventRows, InputRows, OwnershipRows, SessionRows};
+use crate::journal::backend::{ClaimRows, EventRows, InputRows, OwnershipRows};
 use crate::journal::backend::{Nudge, Ownership, Route, Store, WriterConnection};
 use crate::journal::sqlite::test_support::{info, mid, sid};
 use crate::records::Delivery;

@@ -17,9 +17,7 @@ use super::PgConfig;
 use crate::error::StoreError;
 use crate::event::{kind, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{
-    ClaimRows, EventRows, InputRows, OwnershipRows, SessionRows, TurnRows,
-};
+use crate::journal::backend::{ClaimRows, EventRows, InputRows, OwnershipRows, TurnRows};
 use crate::journal::backend::{Ownership, Store};
 use crate::journal::sqlite::test_support::{info, mid, sid};
 use crate::journal::turn_write::{TurnWrite, TurnWriteKind};

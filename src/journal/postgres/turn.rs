@@ -23,7 +23,7 @@ use super::{event, json_text, seq_param, seq_value, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{EventRows, Store, TurnRows};
+use crate::journal::backend::{Store, TurnRows};
 use crate::journal::turn_write::{TurnWrite, TurnWriteKind};
 
 /// What `ds_turns` did for one turn write, kept until its request takes it.

@@ -12,10 +12,9 @@ use super::segments::{newest, segments_from};
 use super::{
     get_opt_seq, get_seq, json_text, json_value, limit_param, seq_param, SqliteStore, StoreError,
 };
-use crate::event::{EventRecord, SessionEvent};
+use crate::event::EventRecord;
 use crate::id::SessionId;
 use crate::journal::backend::EventRows;
-use crate::journal::projection;
 
 /// The query behind [`next_seq`] (and, one less, `latest_seq`): one past the newest seq of
 /// the log numbered `?2` in either index (the recent one's right edge, where the new entry
@@ -128,38 +127,14 @@ fn insert<C: Borrow<Connection>>(
 }
 
 impl<C: Borrow<Connection>> EventRows for SqliteStore<C> {
-    /// Appends a runtime event to `session`'s log with the next seq and runs its projection,
-    /// all on the caller's transaction. Any failure, including a projection conflict, is
-    /// returned; the caller's transaction or savepoint then rolls the event back.
-    fn append(
-        &mut self,
-        session: &SessionId,
-        event: &SessionEvent,
-        now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        let record = insert(self, session, event.kind(), event.data()?, now)?;
-        projection::apply(self, session, record.seq, now, event)?;
-        Ok(record)
-    }
-
-    /// Appends an event given by wire name and payload (a runner-defined event; a built-in
-    /// name is decoded and projected like an append).
-    fn publish(
+    fn insert_event(
         &mut self,
         session: &SessionId,
         kind: &str,
-        data: &Value,
-        now: i64,
+        data: Value,
+        time: i64,
     ) -> Result<EventRecord, StoreError> {
-        let record = insert(self, session, kind, data.clone(), now)?;
-        self.project(&record)?;
-        Ok(record)
-    }
-
-    /// Applies the projection writes of one stored event (the rule is
-    /// [`projection::project`]'s; these are SQLite's statements for it).
-    fn project(&mut self, event: &EventRecord) -> Result<(), StoreError> {
-        projection::project(self, event)
+        insert(self, session, kind, data, time)
     }
 
     /// Up to `limit` events of `session` with seq strictly greater than `after` (all when

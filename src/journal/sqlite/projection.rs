@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{conflict_on_constraint, get_opt_seq, json_text, seq_param, SqliteStore, StoreError};
 use crate::id::{MessageId, SessionId};
-use crate::journal::backend::{ClaimRows, InputRows, MessageRows};
+use crate::journal::backend::InputRows;
 use crate::journal::projection::ProjectionRows;
 use crate::journal::rules::ClaimRow;
 use crate::records::{Delivery, SessionInfo};
@@ -87,16 +87,6 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
         let mut stmt = self.conn().prepare_cached(sql)?;
         let seq = claim.seq.map(seq_param);
         Ok(stmt.execute(rusqlite::params![id.as_str(), claim.time, seq, claim.boot])? > 0)
-    }
-
-    /// [`ClaimRows::claim_seq`]'s statement.
-    fn claim_seq(&mut self, id: &SessionId) -> Result<Option<u64>, StoreError> {
-        ClaimRows::claim_seq(self, id)
-    }
-
-    /// [`MessageRows::mark_interrupted`]'s statement.
-    fn mark_interrupted(&mut self, id: &SessionId, claim: u64) -> Result<(), StoreError> {
-        MessageRows::mark_interrupted(self, id, claim)
     }
 
     /// Releases the claim on `id` and resets its resume attempts (deletes its claim row).

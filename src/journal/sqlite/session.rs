@@ -6,9 +6,8 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::{json_value, limit_param, session_id, SqliteStore, StoreError};
-use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
-use crate::journal::backend::{EventRows, SessionRows};
+use crate::journal::backend::SessionRows;
 use crate::journal::rules;
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
@@ -137,21 +136,6 @@ impl<C: Borrow<Connection>> SessionRows for SqliteStore<C> {
             .conn()
             .prepare_cached("SELECT EXISTS(SELECT 1 FROM session WHERE id = ?1)")?;
         Ok(stmt.query_row([id.as_str()], |row| row.get(0))?)
-    }
-
-    /// Creates `info` unless its id is stored. Returns the stored row and, when it was created,
-    /// the `session.created` event (for the caller to hand to the bus after commit); an existing
-    /// session is returned unchanged and nothing is published.
-    fn create_session(
-        &mut self,
-        info: &SessionInfo,
-    ) -> Result<(SessionInfo, Option<EventRecord>), StoreError> {
-        if let Some(existing) = self.get_session(&info.id)? {
-            return Ok((existing, None));
-        }
-        let created = SessionEvent::Created { info: info.clone() };
-        let event = self.append(&info.id, &created, info.time_created)?;
-        Ok((info.clone(), Some(event)))
     }
 
     /// Sessions matching `query`, keyset-paged on `(time_created, id)`.
