@@ -1,5 +1,5 @@
-//! How both engines encode the values they store: JSON payloads as TEXT, ids as TEXT, seqs as
-//! 64-bit signed integers.
+//! How both engines encode the values they store (JSON payloads as TEXT, ids as TEXT, seqs as
+//! 64-bit signed integers) and the text patterns they search with.
 
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
@@ -27,4 +27,16 @@ pub(crate) fn message_id(s: String) -> Result<MessageId, StoreError> {
 /// A seq as a 64-bit signed column value, saturating (seqs never come near `i64::MAX`).
 pub(crate) fn seq_param(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
+pub(crate) fn escape_like(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -27,7 +27,8 @@ pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
     fn write_claim(&mut self, session: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError>;
     /// Releases the claim of `session`.
     fn release(&mut self, session: &SessionId) -> Result<(), StoreError>;
-    /// Inserts the inbox row of an admitted prompt.
+    /// Inserts the inbox row of an admitted prompt unless its id is in a transcript (false:
+    /// nothing written). An id already in the inbox is a [`StoreError::Conflict`].
     #[allow(clippy::too_many_arguments)]
     fn insert_input(
         &mut self,
@@ -37,14 +38,15 @@ pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
         prompt: &Value,
         delivery: Delivery,
         time: i64,
-    ) -> Result<(), StoreError>;
-    /// Marks an inbox row promoted at `seq`.
+    ) -> Result<bool, StoreError>;
+    /// Marks the pending inbox row `id` of `session` promoted at `seq`; false when there is no
+    /// such pending row (nothing written).
     fn mark_promoted(
         &mut self,
         session: &SessionId,
         id: &MessageId,
         seq: u64,
-    ) -> Result<(), StoreError>;
+    ) -> Result<bool, StoreError>;
     /// Inserts a transcript row.
     #[allow(clippy::too_many_arguments)]
     fn insert_message(
@@ -56,8 +58,9 @@ pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
         data: &Value,
         time: i64,
     ) -> Result<(), StoreError>;
-    /// Inserts the transcript row of `session.message.appended`: an id of the inbox (prompts
-    /// enter the transcript by promotion) is a [`StoreError::Conflict`].
+    /// Inserts the transcript row of `session.message.appended` unless its id is an inbox id
+    /// (false: nothing written). An id or seq already in a transcript is a
+    /// [`StoreError::Conflict`].
     #[allow(clippy::too_many_arguments)]
     fn insert_appended(
         &mut self,
@@ -67,7 +70,7 @@ pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
         seq: u64,
         data: &Value,
         time: i64,
-    ) -> Result<(), StoreError>;
+    ) -> Result<bool, StoreError>;
 }
 
 /// Applies the projection of one stored event (kinds without one are a no-op).
@@ -117,11 +120,23 @@ pub(crate) fn apply(
             message_id,
             prompt,
             delivery,
-        } => rows.insert_input(session, message_id, seq, prompt, *delivery, time),
+        } => {
+            if rows.insert_input(session, message_id, seq, prompt, *delivery, time)? {
+                Ok(())
+            } else {
+                Err(StoreError::Conflict(format!(
+                    "prompt {message_id} is already in a transcript"
+                )))
+            }
+        }
         SessionEvent::PromptPromoted {
             message_id, prompt, ..
         } => {
-            rows.mark_promoted(session, message_id, seq)?;
+            if !rows.mark_promoted(session, message_id, seq)? {
+                return Err(StoreError::Conflict(format!(
+                    "prompt {message_id} is not pending in session {session}"
+                )));
+            }
             let data = serde_json::json!({ "prompt": prompt });
             rows.insert_message(session, message_id, "user", seq, &data, time)
         }
@@ -129,7 +144,16 @@ pub(crate) fn apply(
             message_id,
             kind,
             data,
-        } => rows.insert_appended(session, message_id, kind, seq, data, time),
+        } => {
+            if rows.insert_appended(session, message_id, kind, seq, data, time)? {
+                Ok(())
+            } else {
+                Err(StoreError::Conflict(format!(
+                    "message {message_id} is a prompt id; prompts enter the transcript by \
+                     promotion"
+                )))
+            }
+        }
         _ => Ok(()),
     }
 }

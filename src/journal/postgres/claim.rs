@@ -137,8 +137,6 @@ impl ClaimRows for PgConn {
         counted(row)
     }
 
-    /// Counts one more attempt of the turn `boot` claimed at `claim`; `None` when `id` holds no
-    /// such claim (released, or taken by another node id).
     fn count_own_resume(
         &mut self,
         id: &SessionId,

@@ -113,8 +113,6 @@ impl EventRows for PgConn {
             .map(Some)
     }
 
-    /// Up to `limit` events of `session` with seq greater than `after` (all when `None`), in seq
-    /// order, never below the start of its log (as the SQLite store's).
     fn events_after(
         &mut self,
         session: &SessionId,

@@ -125,8 +125,6 @@ impl InputRows for PgConn {
         Ok(row.try_get(0)?)
     }
 
-    /// The inputs whose prompts entered `session`'s transcript after seq `claim`, in promotion
-    /// order.
     fn promoted_after(
         &mut self,
         session: &SessionId,

@@ -64,8 +64,6 @@ impl MessageRows for PgConn {
         row.map(|row| seq_value(row.try_get(0)?)).transpose()
     }
 
-    /// The messages of `session` in the range of `scan`, in its order: a range scan of the
-    /// `UNIQUE (session_id, seq)` index.
     fn scan_messages(
         &mut self,
         session: &SessionId,

@@ -83,8 +83,7 @@ impl ProjectionRows for PgConn {
         Ok(())
     }
 
-    /// Inserts a pending inbox row (the projection of `session.prompt.admitted`). An id already in
-    /// the inbox or the transcript is a conflict.
+    /// The transcript check and the insert in one statement.
     fn insert_input(
         &mut self,
         session: &SessionId,
@@ -93,7 +92,7 @@ impl ProjectionRows for PgConn {
         prompt: &Value,
         delivery: Delivery,
         time: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let prompt = json_text(prompt)?;
         // The transcript check and the insert in one statement (one round trip).
         let inserted = self.execute_or_conflict(
@@ -113,32 +112,21 @@ impl ProjectionRows for PgConn {
             ],
             || format!("prompt {id} cannot be admitted to session {session}"),
         )?;
-        if inserted == 0 {
-            return Err(StoreError::Conflict(format!(
-                "prompt {id} is already in a transcript"
-            )));
-        }
-        Ok(())
+        Ok(inserted > 0)
     }
 
-    /// Marks a pending input promoted by event `seq`; unknown or already promoted is a conflict.
     fn mark_promoted(
         &mut self,
         session: &SessionId,
         id: &MessageId,
         seq: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let changed = self.execute(
             "UPDATE session_input SET promoted_seq = $3 \
              WHERE id = $1 AND session_id = $2 AND promoted_seq IS NULL",
             &[&id.as_str(), &session.as_str(), &seq_param(seq)],
         )?;
-        if changed == 0 {
-            return Err(StoreError::Conflict(format!(
-                "prompt {id} is not pending in session {session}"
-            )));
-        }
-        Ok(())
+        Ok(changed > 0)
     }
 
     /// Inserts a transcript row created by event `seq`; an id already in a transcript, or a seq
@@ -170,9 +158,7 @@ impl ProjectionRows for PgConn {
         Ok(())
     }
 
-    /// Inserts the transcript row of `session.message.appended`: an id of the inbox (prompts enter
-    /// the transcript by promotion) or already in a transcript is a conflict. The inbox check and
-    /// the insert are one statement (one round trip).
+    /// The inbox check and the insert in one statement.
     fn insert_appended(
         &mut self,
         session: &SessionId,
@@ -181,7 +167,7 @@ impl ProjectionRows for PgConn {
         seq: u64,
         data: &Value,
         time: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let data = json_text(data)?;
         let inserted = self.execute_or_conflict(
             "INSERT INTO session_message \
@@ -198,11 +184,6 @@ impl ProjectionRows for PgConn {
             ],
             || format!("message {id} cannot be added to session {session}"),
         )?;
-        if inserted == 0 {
-            return Err(StoreError::Conflict(format!(
-                "message {id} is a prompt id; prompts enter the transcript by promotion"
-            )));
-        }
-        Ok(())
+        Ok(inserted > 0)
     }
 }

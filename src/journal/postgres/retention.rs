@@ -66,8 +66,6 @@ impl RetentionRows for PgConn {
         Ok(())
     }
 
-    /// Up to `limit` unclaimed sessions whose log holds more than `keep_last` events and whose
-    /// newest event was committed before `idle_before`.
     fn compactable(
         &mut self,
         keep_last: u64,

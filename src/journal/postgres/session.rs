@@ -8,6 +8,7 @@ use super::{count_value, json_value, limit_param, session_id};
 use crate::error::StoreError;
 use crate::id::SessionId;
 use crate::journal::backend::SessionRows;
+use crate::journal::columns::escape_like;
 use crate::journal::rules;
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
@@ -37,18 +38,6 @@ fn decode(row: &Row) -> Result<SessionInfo, StoreError> {
         time_suspended: row.try_get(9)?,
         resume_attempts: count_value(row.try_get(10)?)?,
     })
-}
-
-/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
-fn escape_like(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A bound value of a dynamically built query.

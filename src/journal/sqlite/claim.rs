@@ -138,8 +138,6 @@ impl<C: Borrow<Connection>> ClaimRows for SqliteStore<C> {
             .optional()?)
     }
 
-    /// Counts one more attempt of the turn `boot` claimed at `claim` and returns the new count;
-    /// `None` when `id` holds no such claim (released, or taken by another boot).
     fn count_own_resume(
         &mut self,
         id: &SessionId,

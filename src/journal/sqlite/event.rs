@@ -137,11 +137,6 @@ impl<C: Borrow<Connection>> EventRows for SqliteStore<C> {
         insert(self, session, kind, data, time)
     }
 
-    /// Up to `limit` events of `session` with seq strictly greater than `after` (all when
-    /// `None`), in seq order — never below the start of its log (`session.log_start`): after a
-    /// compaction, the one older row kept (the latest interrupt request, the durable fence) is
-    /// not replayed. The segments are read in order (their seqs ascend with them), from the one
-    /// holding `after + 1`, until `limit` is reached.
     fn events_after(
         &mut self,
         session: &SessionId,

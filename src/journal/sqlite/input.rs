@@ -145,8 +145,6 @@ impl<C: Borrow<Connection>> InputRows for SqliteStore<C> {
         Ok(stmt.query_row([session.as_str()], |row| row.get(0))?)
     }
 
-    /// The inputs whose prompts entered `session`'s transcript after seq `claim`, in
-    /// promotion order.
     fn promoted_after(
         &mut self,
         session: &SessionId,

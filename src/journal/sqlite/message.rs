@@ -94,8 +94,6 @@ impl<C: Borrow<Connection>> MessageRows for SqliteStore<C> {
             .optional()?)
     }
 
-    /// The messages of `session` in the range of `scan`, in its order: a range scan of the
-    /// `UNIQUE (session_id, seq)` index.
     fn scan_messages(
         &mut self,
         session: &SessionId,

@@ -94,8 +94,7 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
         release(self.conn(), id).map(drop)
     }
 
-    /// Inserts a pending inbox row (the projection of `session.prompt.admitted`). An id
-    /// already in the inbox or the transcript is a conflict.
+    /// The transcript probe, then the insert.
     fn insert_input(
         &mut self,
         session: &SessionId,
@@ -104,11 +103,9 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
         prompt: &Value,
         delivery: Delivery,
         time: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         if message_exists(self.conn(), id)? {
-            return Err(StoreError::Conflict(format!(
-                "prompt {id} is already in a transcript"
-            )));
+            return Ok(false);
         }
         let mut stmt = self.conn().prepare_cached(
             "INSERT INTO session_input (id, session_id, admitted_seq, prompt, delivery, \
@@ -127,32 +124,21 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
                 format!("prompt {id} cannot be admitted to session {session}")
             })
         })?;
-        Ok(())
+        Ok(true)
     }
 
-    /// Marks a pending input promoted by event `seq` (part of the projection of
-    /// `session.prompt.promoted`). An input that is unknown or already promoted is a conflict.
     fn mark_promoted(
         &mut self,
         session: &SessionId,
         id: &MessageId,
         seq: u64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         let mut stmt = self.conn().prepare_cached(
             "UPDATE session_input SET promoted_seq = ?3 \
              WHERE id = ?1 AND session_id = ?2 AND promoted_seq IS NULL",
         )?;
-        if stmt.execute(rusqlite::params![
-            id.as_str(),
-            session.as_str(),
-            seq_param(seq)
-        ])? == 0
-        {
-            return Err(StoreError::Conflict(format!(
-                "prompt {id} is not pending in session {session}"
-            )));
-        }
-        Ok(())
+        let params = rusqlite::params![id.as_str(), session.as_str(), seq_param(seq)];
+        Ok(stmt.execute(params)? > 0)
     }
 
     /// Inserts a transcript row created by event `seq` (part of the projection of
@@ -180,13 +166,12 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
         seq: u64,
         data: &Value,
         time: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         if self.get_input(id)?.is_some() {
-            return Err(StoreError::Conflict(format!(
-                "message {id} is a prompt id; prompts enter the transcript by promotion"
-            )));
+            return Ok(false);
         }
-        insert_message(self.conn(), session, id, kind, seq, data, time)
+        insert_message(self.conn(), session, id, kind, seq, data, time)?;
+        Ok(true)
     }
 }
 

@@ -72,8 +72,6 @@ impl<C: Borrow<Connection>> RetentionRows for SqliteStore<C> {
         Ok(())
     }
 
-    /// Up to `limit` unclaimed sessions whose log holds more than `keep_last` events and whose
-    /// newest event was committed before `idle_before`.
     fn compactable(
         &mut self,
         keep_last: u64,

@@ -8,6 +8,7 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use super::{json_value, limit_param, session_id, SqliteStore, StoreError};
 use crate::id::SessionId;
 use crate::journal::backend::SessionRows;
+use crate::journal::columns::escape_like;
 use crate::journal::rules;
 use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
 
@@ -75,18 +76,6 @@ impl SessionRow {
             resume_attempts: self.resume_attempts,
         })
     }
-}
-
-/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
-fn escape_like(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if matches!(c, '%' | '_' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A search with this many candidates or more in the title index reads the sessions in order
