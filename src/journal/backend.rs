@@ -243,6 +243,22 @@ pub(crate) enum Maintenance {
     Idle,
 }
 
+/// How an engine wants the writer to run its batches ([`WriterConnection::batching`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Batching {
+    /// A batch first runs without per-request savepoints, all or nothing: committed as is when
+    /// every request succeeds; rolled back and run again with a savepoint per request when one
+    /// fails. Worth it where a savepoint costs a round trip (PostgreSQL) or copies pages
+    /// (SQLite's sub-journal).
+    pub(crate) optimistic: bool,
+    /// A turn write alone in its batch commits in one statement
+    /// ([`WriterConnection::commit_turn`]).
+    pub(crate) turns_alone: bool,
+    /// A run of turn writes goes to the store in one round trip ahead of their requests
+    /// ([`TurnRows::prepare_turns`]).
+    pub(crate) turn_runs: bool,
+}
+
 /// The writer thread's connection: the transaction control the group commit needs.
 pub(crate) trait WriterConnection: Send {
     /// Folds the write-ahead log into the database and truncates it (SQLite), when the writer
@@ -270,17 +286,10 @@ pub(crate) trait WriterConnection: Send {
     /// Whether a transaction is open: an engine may roll a whole transaction back on its own
     /// (SQLite does on a full disk or an I/O error), and the batch must then fail as a whole.
     fn in_transaction(&mut self) -> bool;
-    /// Whether a batch first runs without per-request savepoints, all or nothing: committed as
-    /// is when every request succeeds; rolled back and run again with a savepoint per request
-    /// when one fails. Worth it where a savepoint costs a round trip (PostgreSQL) or copies
-    /// pages (SQLite's sub-journal); default false.
-    fn optimistic_batches(&self) -> bool {
-        false
-    }
-    /// Whether [`WriterConnection::commit_turn`] may commit a turn write alone in one
-    /// statement. Default false.
-    fn commits_turns_alone(&self) -> bool {
-        false
+    /// How this engine wants its batches run: its performance choices, in one place. Default:
+    /// a savepoint per request, every statement on its own.
+    fn batching(&self) -> Batching {
+        Batching::default()
     }
     /// Commits `turn` alone, ahead of its request, where one statement carries the write and
     /// its commit (PostgreSQL: autocommitted, with its notification); returns whether it did.

@@ -7,7 +7,7 @@
 //! (at most every ten seconds: [`super::idle`]), and when it stops, it has the engine
 //! checkpoint and truncate its log, so a clean stop leaves an empty `-wal` file.
 //!
-//! Where savepoints cost more than they save (`WriterConnection::optimistic_batches`:
+//! Where savepoints cost more than they save (`WriterConnection::batching`:
 //! PostgreSQL, a round trip each; SQLite, page copies), a batch first runs without them and
 //! commits as is when every request succeeded; when one fails, the batch is rolled back and
 //! runs again, a savepoint per request (the failed request alone after it, when its error may
@@ -180,7 +180,7 @@ impl WriterActor {
         // A request that failed the savepoint-free run with an error that may clear: it runs
         // alone after the batch.
         let mut held_out = None;
-        if self.conn.optimistic_batches() {
+        if self.conn.batching().optimistic {
             match Self::transact_optimistic(&mut *self.conn, &mut batch, &mut events) {
                 Ok(None) => {
                     for job in batch {
@@ -329,7 +329,7 @@ impl WriterActor {
     /// Gives the job back when it did not (then nothing is stored, and the write commits as
     /// usual).
     fn commit_turn_alone(&mut self, mut job: Box<dyn Job>) -> Option<Box<dyn Job>> {
-        if !self.conn.commits_turns_alone() {
+        if !self.conn.batching().turns_alone {
             return Some(job);
         }
         let Some(turn) = job.turn() else {
@@ -377,8 +377,9 @@ impl WriterActor {
         conn.begin()?;
         // The end of the run of turn writes handed to the store ahead of their requests.
         let mut prepared = 0;
+        let turn_runs = conn.batching().turn_runs;
         for i in 0..batch.len() {
-            if i >= prepared {
+            if turn_runs && i >= prepared {
                 prepared = prepare_turns(conn.store(), batch, i);
             }
             let Some(job) = batch.get_mut(i) else { break };

@@ -21,7 +21,7 @@ use super::conn::{connect, PgConn};
 use super::{PgConfig, EVENTS_CHANNEL};
 use crate::error::StoreError;
 use crate::id::SessionId;
-use crate::journal::backend::{Store, WriterConnection};
+use crate::journal::backend::{Batching, Store, WriterConnection};
 use crate::journal::turn_write::TurnWrite;
 
 /// The largest `ds_events` payload sent (PostgreSQL's limit is 8,000 bytes).
@@ -229,15 +229,15 @@ impl WriterConnection for PgWriter {
     }
 
     /// A savepoint and its release cost a round trip per request (sent with the next
-    /// statement's, but a round trip of their own): a batch first runs without them.
-    fn optimistic_batches(&self) -> bool {
-        true
-    }
-
-    /// A lone turn write commits in one round trip instead of three (`BEGIN`, the call,
-    /// the notification with `COMMIT`).
-    fn commits_turns_alone(&self) -> bool {
-        true
+    /// statement's, but a round trip of their own): a batch first runs without them. A lone
+    /// turn write commits in one round trip instead of three (`BEGIN`, the call, the
+    /// notification with `COMMIT`), and a run of them in one (`ds_turns`).
+    fn batching(&self) -> Batching {
+        Batching {
+            optimistic: true,
+            turns_alone: true,
+            turn_runs: true,
+        }
     }
 
     fn commit_turn(&mut self, turn: &TurnWrite) -> Result<bool, StoreError> {

@@ -8,7 +8,7 @@ use rusqlite::Connection;
 use super::recent::Settler;
 use super::{Pool, SqliteStore};
 use crate::error::StoreError;
-use crate::journal::backend::{Maintenance, ReadWork, Readers, Store, WriterConnection};
+use crate::journal::backend::{Batching, Maintenance, ReadWork, Readers, Store, WriterConnection};
 
 /// The per-request savepoint's statements (prepared once per connection, then cached).
 const SAVEPOINT: &str = "SAVEPOINT request";
@@ -162,8 +162,11 @@ impl WriterConnection for SqliteWriter {
     /// sub-journal, and costs two statements (`SAVEPOINT`, `RELEASE`) per request
     /// (docs/bench-notes/cost-that-stays-flat.md). A failing request (rare: a deleted session,
     /// a duplicate id) makes its batch run twice.
-    fn optimistic_batches(&self) -> bool {
-        true
+    fn batching(&self) -> Batching {
+        Batching {
+            optimistic: true,
+            ..Batching::default()
+        }
     }
 
     fn store(&mut self) -> &mut dyn Store {
