@@ -20,6 +20,7 @@
 mod backend;
 mod columns;
 pub(crate) mod inspect;
+mod listing;
 mod loads;
 mod nodes;
 mod persistence;

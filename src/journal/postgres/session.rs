@@ -8,9 +8,8 @@ use super::{count_value, json_value, limit_param, session_id};
 use crate::error::StoreError;
 use crate::id::SessionId;
 use crate::journal::backend::SessionRows;
-use crate::journal::columns::escape_like;
-use crate::journal::rules;
-use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
+use crate::journal::listing::{list_filter, ListValue};
+use crate::records::{ListQuery, SessionInfo};
 
 macro_rules! session_columns {
     () => {
@@ -40,23 +39,6 @@ fn decode(row: &Row) -> Result<SessionInfo, StoreError> {
     })
 }
 
-/// A bound value of a dynamically built query.
-enum Param {
-    Text(String),
-    Int(i64),
-    OptInt(Option<i64>),
-}
-
-impl Param {
-    fn as_sql(&self) -> &(dyn ToSql + Sync) {
-        match self {
-            Param::Text(s) => s,
-            Param::Int(n) => n,
-            Param::OptInt(n) => n,
-        }
-    }
-}
-
 impl SessionRows for PgConn {
     /// The stored session `id`, if any.
     fn get_session(&mut self, id: &SessionId) -> Result<Option<SessionInfo>, StoreError> {
@@ -80,61 +62,32 @@ impl SessionRows for PgConn {
     /// the opposite way and reverses the rows. The title search is SQLite's `LIKE`: ASCII case is
     /// ignored (`ILIKE` under the `"C"` collation).
     fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
-        let mut params: Vec<Param> = Vec::new();
-        let mut param = |value: Param| {
-            params.push(value);
-            format!("${}", params.len())
-        };
-        let mut clauses: Vec<String> = Vec::new();
-        if let Some(directory) = &query.directory {
-            clauses.push(format!(
-                "directory = {}",
-                param(Param::Text(directory.clone()))
-            ));
-        }
-        match &query.parent {
-            ParentFilter::Any => {}
-            ParentFilter::TopLevel => clauses.push("parent_id IS NULL".into()),
-            ParentFilter::ChildrenOf(parent) => {
-                clauses.push(format!(
-                    "parent_id = {}",
-                    param(Param::Text(parent.to_string()))
-                ));
-            }
-        }
-        if let Some(search) = &query.search {
-            let pattern = param(Param::Text(format!("%{}%", escape_like(search))));
-            clauses.push(format!(r"title ILIKE {pattern} ESCAPE '\'"));
-        }
-        let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
-        let (order, reversed) = rules::keyset_order(query.order, previous);
-        let (cmp, dir) = match order {
-            Order::Asc => (">", "ASC"),
-            Order::Desc => ("<", "DESC"),
-        };
-        if let Some(anchor) = &query.anchor {
-            let time = param(Param::Int(anchor.time));
-            let id = param(Param::Text(anchor.id.to_string()));
-            clauses.push(format!("(time_created, id) {cmp} ({time}, {id})"));
-        }
-        let limit = param(Param::OptInt(limit_param(query.limit)));
-        let filter = if clauses.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", clauses.join(" AND "))
-        };
+        let filter = list_filter(query, "ILIKE", |n| format!("${n}"));
+        let limit = limit_param(query.limit);
         let sql = format!(
             concat!(
                 "SELECT ",
                 session_columns!(),
-                " FROM session{} ORDER BY time_created {}, id {} LIMIT {}"
+                " FROM session{} ORDER BY time_created {dir}, id {dir} LIMIT ${}"
             ),
-            filter, dir, dir, limit
+            filter.where_clause(),
+            filter.values.len() + 1,
+            dir = filter.direction,
         );
-        let bound: Vec<&(dyn ToSql + Sync)> = params.iter().map(Param::as_sql).collect();
+        let mut bound: Vec<&(dyn ToSql + Sync)> = filter
+            .values
+            .iter()
+            .map(|value| -> &(dyn ToSql + Sync) {
+                match value {
+                    ListValue::Text(text) => text,
+                    ListValue::Int(n) => n,
+                }
+            })
+            .collect();
+        bound.push(&limit);
         let rows = self.query(&sql, &bound)?;
         let mut sessions = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-        if reversed {
+        if filter.reversed {
             sessions.reverse();
         }
         Ok(sessions)

@@ -8,9 +8,8 @@ use rusqlite::{Connection, OptionalExtension, Row};
 use super::{json_value, limit_param, session_id, SqliteStore, StoreError};
 use crate::id::SessionId;
 use crate::journal::backend::SessionRows;
-use crate::journal::columns::escape_like;
-use crate::journal::rules;
-use crate::records::{Direction, ListQuery, Order, ParentFilter, SessionInfo};
+use crate::journal::listing::{list_filter, ListValue};
+use crate::records::{ListQuery, SessionInfo};
 
 /// The columns a session is read with, from `session` joined (left) with its claim row
 /// (`claim_join!`); the claim's columns are the last two.
@@ -140,73 +139,47 @@ impl<C: Borrow<Connection>> SessionRows for SqliteStore<C> {
     /// sessions in order until the page is full: both scan as before. The index folds case at
     /// least as widely as `LIKE` (Unicode, not only ASCII), so its candidates hold every match.
     fn list_sessions(&mut self, query: &ListQuery) -> Result<Vec<SessionInfo>, StoreError> {
-        let mut params: Vec<SqlValue> = Vec::new();
-        // Binds a value and returns its placeholder.
-        let mut param = |value: SqlValue| {
-            params.push(value);
-            format!("?{}", params.len())
-        };
-        let mut clauses: Vec<String> = Vec::new();
-        if let Some(directory) = &query.directory {
-            clauses.push(format!("directory = {}", param(directory.clone().into())));
-        }
-        match &query.parent {
-            ParentFilter::Any => {}
-            ParentFilter::TopLevel => clauses.push("parent_id IS NULL".into()),
-            ParentFilter::ChildrenOf(parent) => {
-                clauses.push(format!("parent_id = {}", param(parent.to_string().into())));
-            }
-        }
+        let mut filter = list_filter(query, "LIKE", |n| format!("?{n}"));
         let mut from = String::from("session");
         if let Some(search) = &query.search {
-            let pattern = param(format!("%{}%", escape_like(search)).into());
-            clauses.push(format!(r"title LIKE {pattern} ESCAPE '\'"));
             if few_candidates(self.conn(), search)? {
                 // `CROSS JOIN` keeps the candidates as the outer loop, whatever else filters.
-                let phrase = param(fts_phrase(search).into());
+                let phrase = filter.bind(ListValue::Text(fts_phrase(search)), |n| format!("?{n}"));
                 from = format!(
                     "(SELECT rowid AS hit FROM session_search WHERE session_search MATCH {phrase}) \
                      CROSS JOIN session ON session.rowid = hit"
                 );
             }
         }
-        let previous = matches!(&query.anchor, Some(a) if a.direction == Direction::Previous);
-        let (order, reversed) = rules::keyset_order(query.order, previous);
-        let (cmp, dir) = match order {
-            Order::Asc => (">", "ASC"),
-            Order::Desc => ("<", "DESC"),
-        };
-        if let Some(anchor) = &query.anchor {
-            let time = param(anchor.time.into());
-            let id = param(anchor.id.to_string().into());
-            clauses.push(format!("(time_created, id) {cmp} ({time}, {id})"));
-        }
-        let limit = param(limit_param(query.limit).into());
-        let filter = if clauses.is_empty() {
-            String::new()
-        } else {
-            format!(" WHERE {}", clauses.join(" AND "))
-        };
+        let limit = filter.bind(ListValue::Int(limit_param(query.limit)), |n| {
+            format!("?{n}")
+        });
         let sql = format!(
             concat!(
                 "SELECT ",
                 session_columns!(),
                 " FROM {}",
                 claim_join!(),
-                "{} ORDER BY time_created {}, id {} LIMIT {}"
+                "{} ORDER BY time_created {dir}, id {dir} LIMIT {}"
             ),
-            from, filter, dir, dir, limit
+            from,
+            filter.where_clause(),
+            limit,
+            dir = filter.direction,
         );
-
+        let params = filter.values.iter().map(|value| match value {
+            ListValue::Text(text) => SqlValue::Text(text.clone()),
+            ListValue::Int(n) => SqlValue::Integer(*n),
+        });
         let mut stmt = self.conn().prepare_cached(&sql)?;
         let rows = stmt
-            .query_map(rusqlite::params_from_iter(params.iter()), SessionRow::read)?
+            .query_map(rusqlite::params_from_iter(params), SessionRow::read)?
             .collect::<rusqlite::Result<Vec<_>>>()?;
         let mut sessions = rows
             .into_iter()
             .map(SessionRow::decode)
             .collect::<Result<Vec<_>, _>>()?;
-        if reversed {
+        if filter.reversed {
             sessions.reverse();
         }
         Ok(sessions)

@@ -7,7 +7,7 @@ use crate::event::kind;
 use crate::journal::sqlite::test_support::rows::*;
 use crate::journal::sqlite::test_support::{create, info, sid, test_db};
 use crate::journal::sqlite::SqliteStore;
-use crate::records::Anchor;
+use crate::records::{Anchor, Direction, Order, ParentFilter};
 
 #[test]
 fn get_session_round_trips_every_field() -> Result<(), StoreError> {
