@@ -16,6 +16,40 @@ use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
 use crate::records::{Delivery, SessionInfo};
 
+/// An inbox row as the projection of `session.prompt.admitted` writes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewInput<'a> {
+    /// The session admitting the prompt.
+    pub(crate) session: &'a SessionId,
+    /// The prompt's message id.
+    pub(crate) id: &'a MessageId,
+    /// The seq of `session.prompt.admitted`.
+    pub(crate) seq: u64,
+    /// The prompt.
+    pub(crate) prompt: &'a Value,
+    /// How it enters a turn.
+    pub(crate) delivery: Delivery,
+    /// When it was admitted.
+    pub(crate) time: i64,
+}
+
+/// A transcript row as a projection writes it (a promotion, or `session.message.appended`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewMessage<'a> {
+    /// The session whose transcript it joins.
+    pub(crate) session: &'a SessionId,
+    /// The message id.
+    pub(crate) id: &'a MessageId,
+    /// The message type (`user` for a promoted prompt).
+    pub(crate) kind: &'a str,
+    /// The seq of the event that wrote it.
+    pub(crate) seq: u64,
+    /// The message's data.
+    pub(crate) data: &'a Value,
+    /// When it was written.
+    pub(crate) time: i64,
+}
+
 /// The row writes a projection is made of, as a backend's statements perform them.
 pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
     /// Inserts the session row of `session.created`.
@@ -29,16 +63,7 @@ pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
     fn release(&mut self, session: &SessionId) -> Result<(), StoreError>;
     /// Inserts the inbox row of an admitted prompt unless its id is in a transcript (false:
     /// nothing written). An id already in the inbox is a [`StoreError::Conflict`].
-    #[allow(clippy::too_many_arguments)]
-    fn insert_input(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        seq: u64,
-        prompt: &Value,
-        delivery: Delivery,
-        time: i64,
-    ) -> Result<bool, StoreError>;
+    fn insert_input(&mut self, row: &NewInput<'_>) -> Result<bool, StoreError>;
     /// Marks the pending inbox row `id` of `session` promoted at `seq`; false when there is no
     /// such pending row (nothing written).
     fn mark_promoted(
@@ -48,29 +73,11 @@ pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
         seq: u64,
     ) -> Result<bool, StoreError>;
     /// Inserts a transcript row.
-    #[allow(clippy::too_many_arguments)]
-    fn insert_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        seq: u64,
-        data: &Value,
-        time: i64,
-    ) -> Result<(), StoreError>;
+    fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError>;
     /// Inserts the transcript row of `session.message.appended` unless its id is an inbox id
     /// (false: nothing written). An id or seq already in a transcript is a
     /// [`StoreError::Conflict`].
-    #[allow(clippy::too_many_arguments)]
-    fn insert_appended(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        seq: u64,
-        data: &Value,
-        time: i64,
-    ) -> Result<bool, StoreError>;
+    fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError>;
 }
 
 /// Applies the projection of one stored event (kinds without one are a no-op).
@@ -121,7 +128,15 @@ pub(crate) fn apply(
             prompt,
             delivery,
         } => {
-            if rows.insert_input(session, message_id, seq, prompt, *delivery, time)? {
+            let row = NewInput {
+                session,
+                id: message_id,
+                seq,
+                prompt,
+                delivery: *delivery,
+                time,
+            };
+            if rows.insert_input(&row)? {
                 Ok(())
             } else {
                 Err(StoreError::Conflict(format!(
@@ -138,14 +153,29 @@ pub(crate) fn apply(
                 )));
             }
             let data = serde_json::json!({ "prompt": prompt });
-            rows.insert_message(session, message_id, "user", seq, &data, time)
+            rows.insert_message(&NewMessage {
+                session,
+                id: message_id,
+                kind: "user",
+                seq,
+                data: &data,
+                time,
+            })
         }
         SessionEvent::MessageAppended {
             message_id,
             kind,
             data,
         } => {
-            if rows.insert_appended(session, message_id, kind, seq, data, time)? {
+            let row = NewMessage {
+                session,
+                id: message_id,
+                kind,
+                seq,
+                data,
+                time,
+            };
+            if rows.insert_appended(&row)? {
                 Ok(())
             } else {
                 Err(StoreError::Conflict(format!(

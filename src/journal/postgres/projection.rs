@@ -2,17 +2,15 @@
 //! `journal::projection`'s): the session row, its claim, the inbox and the transcript rows an
 //! event's projection writes.
 
-use serde_json::Value;
-
 use super::conn::PgConn;
 use super::input::input_columns;
 use super::session::session_columns;
 use super::{json_text, seq_param, seq_value};
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
-use crate::journal::projection::ProjectionRows;
+use crate::journal::projection::{NewInput, NewMessage, ProjectionRows};
 use crate::journal::rules::ClaimRow;
-use crate::records::{Delivery, SessionInfo};
+use crate::records::SessionInfo;
 
 impl ProjectionRows for PgConn {
     /// Inserts a session row (the projection of `session.created`); an existing id is a conflict.
@@ -84,15 +82,15 @@ impl ProjectionRows for PgConn {
     }
 
     /// The transcript check and the insert in one statement.
-    fn insert_input(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        admitted_seq: u64,
-        prompt: &Value,
-        delivery: Delivery,
-        time: i64,
-    ) -> Result<bool, StoreError> {
+    fn insert_input(&mut self, row: &NewInput<'_>) -> Result<bool, StoreError> {
+        let NewInput {
+            session,
+            id,
+            seq: admitted_seq,
+            prompt,
+            delivery,
+            time,
+        } = *row;
         let prompt = json_text(prompt)?;
         // The transcript check and the insert in one statement (one round trip).
         let inserted = self.execute_or_conflict(
@@ -131,15 +129,15 @@ impl ProjectionRows for PgConn {
 
     /// Inserts a transcript row created by event `seq`; an id already in a transcript, or a seq
     /// already used in this one, is a conflict.
-    fn insert_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        seq: u64,
-        data: &Value,
-        time: i64,
-    ) -> Result<(), StoreError> {
+    fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError> {
+        let NewMessage {
+            session,
+            id,
+            kind,
+            seq,
+            data,
+            time,
+        } = *row;
         let data = json_text(data)?;
         self.execute_or_conflict(
             "INSERT INTO session_message \
@@ -159,15 +157,15 @@ impl ProjectionRows for PgConn {
     }
 
     /// The inbox check and the insert in one statement.
-    fn insert_appended(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        seq: u64,
-        data: &Value,
-        time: i64,
-    ) -> Result<bool, StoreError> {
+    fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError> {
+        let NewMessage {
+            session,
+            id,
+            kind,
+            seq,
+            data,
+            time,
+        } = *row;
         let data = json_text(data)?;
         let inserted = self.execute_or_conflict(
             "INSERT INTO session_message \

@@ -10,9 +10,9 @@ use serde_json::Value;
 use super::{conflict_on_constraint, get_opt_seq, json_text, seq_param, SqliteStore, StoreError};
 use crate::id::{MessageId, SessionId};
 use crate::journal::backend::InputRows;
-use crate::journal::projection::ProjectionRows;
+use crate::journal::projection::{NewInput, NewMessage, ProjectionRows};
 use crate::journal::rules::ClaimRow;
-use crate::records::{Delivery, SessionInfo};
+use crate::records::SessionInfo;
 
 impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
     /// Inserts a session row (the projection of `session.created`); an existing id is a
@@ -95,15 +95,15 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
     }
 
     /// The transcript probe, then the insert.
-    fn insert_input(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        seq: u64,
-        prompt: &Value,
-        delivery: Delivery,
-        time: i64,
-    ) -> Result<bool, StoreError> {
+    fn insert_input(&mut self, row: &NewInput<'_>) -> Result<bool, StoreError> {
+        let NewInput {
+            session,
+            id,
+            seq,
+            prompt,
+            delivery,
+            time,
+        } = *row;
         if message_exists(self.conn(), id)? {
             return Ok(false);
         }
@@ -144,29 +144,29 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
     /// Inserts a transcript row created by event `seq` (part of the projection of
     /// `session.prompt.promoted`). An id already in a transcript, or a seq already used in
     /// this one, is a conflict.
-    fn insert_message(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        seq: u64,
-        data: &Value,
-        time: i64,
-    ) -> Result<(), StoreError> {
+    fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError> {
+        let NewMessage {
+            session,
+            id,
+            kind,
+            seq,
+            data,
+            time,
+        } = *row;
         insert_message(self.conn(), session, id, kind, seq, data, time)
     }
 
     /// Inserts the transcript row of `session.message.appended`: an id of the inbox is a
     /// conflict (prompts enter the transcript by promotion), as [`Self::insert_message`]'s are.
-    fn insert_appended(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        kind: &str,
-        seq: u64,
-        data: &Value,
-        time: i64,
-    ) -> Result<bool, StoreError> {
+    fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError> {
+        let NewMessage {
+            session,
+            id,
+            kind,
+            seq,
+            data,
+            time,
+        } = *row;
         if self.get_input(id)?.is_some() {
             return Ok(false);
         }
