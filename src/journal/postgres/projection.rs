@@ -83,15 +83,7 @@ impl ProjectionRows for PgConn {
 
     /// The transcript check and the insert in one statement.
     fn insert_input(&mut self, row: &NewInput<'_>) -> Result<bool, StoreError> {
-        let NewInput {
-            session,
-            id,
-            seq: admitted_seq,
-            prompt,
-            delivery,
-            time,
-        } = *row;
-        let prompt = json_text(prompt)?;
+        let prompt = json_text(row.prompt)?;
         // The transcript check and the insert in one statement (one round trip).
         let inserted = self.execute_or_conflict(
             concat!(
@@ -101,14 +93,19 @@ impl ProjectionRows for PgConn {
                  WHERE NOT EXISTS (SELECT 1 FROM session_message WHERE id = $1)"
             ),
             &[
-                &id.as_str(),
-                &session.as_str(),
-                &seq_param(admitted_seq),
+                &row.id.as_str(),
+                &row.session.as_str(),
+                &seq_param(row.seq),
                 &prompt,
-                &delivery.as_str(),
-                &time,
+                &row.delivery.as_str(),
+                &row.time,
             ],
-            || format!("prompt {id} cannot be admitted to session {session}"),
+            || {
+                format!(
+                    "prompt {} cannot be admitted to session {}",
+                    row.id, row.session
+                )
+            },
         )?;
         Ok(inserted > 0)
     }
@@ -130,57 +127,51 @@ impl ProjectionRows for PgConn {
     /// Inserts a transcript row created by event `seq`; an id already in a transcript, or a seq
     /// already used in this one, is a conflict.
     fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError> {
-        let NewMessage {
-            session,
-            id,
-            kind,
-            seq,
-            data,
-            time,
-        } = *row;
-        let data = json_text(data)?;
+        let data = json_text(row.data)?;
         self.execute_or_conflict(
             "INSERT INTO session_message \
              (id, session_id, type, seq, data, time_created, time_updated) \
              VALUES ($1, $2, $3, $4, $5, $6, $6)",
             &[
-                &id.as_str(),
-                &session.as_str(),
-                &kind,
-                &seq_param(seq),
+                &row.id.as_str(),
+                &row.session.as_str(),
+                &row.kind,
+                &seq_param(row.seq),
                 &data,
-                &time,
+                &row.time,
             ],
-            || format!("message {id} cannot be added to session {session}"),
+            || {
+                format!(
+                    "message {} cannot be added to session {}",
+                    row.id, row.session
+                )
+            },
         )?;
         Ok(())
     }
 
     /// The inbox check and the insert in one statement.
     fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError> {
-        let NewMessage {
-            session,
-            id,
-            kind,
-            seq,
-            data,
-            time,
-        } = *row;
-        let data = json_text(data)?;
+        let data = json_text(row.data)?;
         let inserted = self.execute_or_conflict(
             "INSERT INTO session_message \
              (id, session_id, type, seq, data, time_created, time_updated) \
              SELECT $1, $2, $3, $4, $5, $6, $6 \
              WHERE NOT EXISTS (SELECT 1 FROM session_input WHERE id = $1)",
             &[
-                &id.as_str(),
-                &session.as_str(),
-                &kind,
-                &seq_param(seq),
+                &row.id.as_str(),
+                &row.session.as_str(),
+                &row.kind,
+                &seq_param(row.seq),
                 &data,
-                &time,
+                &row.time,
             ],
-            || format!("message {id} cannot be added to session {session}"),
+            || {
+                format!(
+                    "message {} cannot be added to session {}",
+                    row.id, row.session
+                )
+            },
         )?;
         Ok(inserted > 0)
     }

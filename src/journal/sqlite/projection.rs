@@ -5,7 +5,6 @@
 use std::borrow::Borrow;
 
 use rusqlite::{Connection, OptionalExtension};
-use serde_json::Value;
 
 use super::{conflict_on_constraint, get_opt_seq, json_text, seq_param, SqliteStore, StoreError};
 use crate::id::{MessageId, SessionId};
@@ -96,15 +95,7 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
 
     /// The transcript probe, then the insert.
     fn insert_input(&mut self, row: &NewInput<'_>) -> Result<bool, StoreError> {
-        let NewInput {
-            session,
-            id,
-            seq,
-            prompt,
-            delivery,
-            time,
-        } = *row;
-        if message_exists(self.conn(), id)? {
+        if message_exists(self.conn(), row.id)? {
             return Ok(false);
         }
         let mut stmt = self.conn().prepare_cached(
@@ -112,16 +103,19 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
              time_created, promoted_seq) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL)",
         )?;
         stmt.execute(rusqlite::params![
-            id.as_str(),
-            session.as_str(),
-            seq_param(seq),
-            json_text(prompt)?,
-            delivery.as_str(),
-            time,
+            row.id.as_str(),
+            row.session.as_str(),
+            seq_param(row.seq),
+            json_text(row.prompt)?,
+            row.delivery.as_str(),
+            row.time,
         ])
         .map_err(|e| {
             conflict_on_constraint(e, || {
-                format!("prompt {id} cannot be admitted to session {session}")
+                format!(
+                    "prompt {} cannot be admitted to session {}",
+                    row.id, row.session
+                )
             })
         })?;
         Ok(true)
@@ -145,32 +139,16 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
     /// `session.prompt.promoted`). An id already in a transcript, or a seq already used in
     /// this one, is a conflict.
     fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError> {
-        let NewMessage {
-            session,
-            id,
-            kind,
-            seq,
-            data,
-            time,
-        } = *row;
-        insert_message(self.conn(), session, id, kind, seq, data, time)
+        insert_message(self.conn(), row)
     }
 
     /// Inserts the transcript row of `session.message.appended`: an id of the inbox is a
     /// conflict (prompts enter the transcript by promotion), as [`Self::insert_message`]'s are.
     fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError> {
-        let NewMessage {
-            session,
-            id,
-            kind,
-            seq,
-            data,
-            time,
-        } = *row;
-        if self.get_input(id)?.is_some() {
+        if self.get_input(row.id)?.is_some() {
             return Ok(false);
         }
-        insert_message(self.conn(), session, id, kind, seq, data, time)?;
+        insert_message(self.conn(), row)?;
         Ok(true)
     }
 }
@@ -189,30 +167,25 @@ pub(super) fn message_exists(conn: &Connection, id: &MessageId) -> Result<bool, 
 }
 
 /// The transcript row insert of a promotion and of `session.message.appended`.
-fn insert_message(
-    conn: &Connection,
-    session: &SessionId,
-    id: &MessageId,
-    kind: &str,
-    seq: u64,
-    data: &Value,
-    time: i64,
-) -> Result<(), StoreError> {
+fn insert_message(conn: &Connection, row: &NewMessage<'_>) -> Result<(), StoreError> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO session_message (id, session_id, type, seq, data, time_created, \
          time_updated) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)",
     )?;
     stmt.execute(rusqlite::params![
-        id.as_str(),
-        session.as_str(),
-        kind,
-        seq_param(seq),
-        json_text(data)?,
-        time,
+        row.id.as_str(),
+        row.session.as_str(),
+        row.kind,
+        seq_param(row.seq),
+        json_text(row.data)?,
+        row.time,
     ])
     .map_err(|e| {
         conflict_on_constraint(e, || {
-            format!("message {id} cannot be added to session {session}")
+            format!(
+                "message {} cannot be added to session {}",
+                row.id, row.session
+            )
         })
     })?;
     Ok(())
