@@ -21,7 +21,8 @@
 
 use serde_json::Value;
 
-use super::projection::{self, ProjectionRows};
+use super::projection;
+use super::rules::Settlement;
 use super::rules::{self, Scan};
 use super::turn_write::TurnWrite;
 use crate::error::StoreError;
@@ -30,12 +31,12 @@ use crate::id::{MessageId, SessionId};
 use crate::records::{Admission, Delivery, Message, MessagesQuery, Order, SessionInfo};
 
 mod ownership;
-mod rows;
+pub(crate) mod rows;
 
 pub(crate) use ownership::{ClaimedTurn, Nudge, Ownership, Route, Signal};
 pub(crate) use rows::{
-    append_event, settle_inbox, ClaimRows, EventRows, InputRows, MessageRows, OwnershipRows,
-    RetentionRows, SessionRows, TurnRows,
+    ClaimRows, EventRows, InputRows, MessageRows, NewInput, NewMessage, OwnershipRows,
+    ProjectionRows, RetentionRows, SessionRows, TurnRows,
 };
 
 /// Every statement of an engine ([`SessionRows`] … [`TurnRows`]), and what composes them
@@ -109,15 +110,21 @@ pub(crate) trait Store:
         let event = self.append(&info.id, &created, info.time_created)?;
         Ok((info.clone(), Some(event)))
     }
-    /// Appends a runtime event (next seq of its session), runs its projection, returns it
-    /// ([`append_event`]).
+    /// Appends a runtime event (next seq of its session) and runs its projection, in the
+    /// caller's transaction (in one round trip where the engine can:
+    /// [`EventRows::append_projected`]).
     fn append(
         &mut self,
         session: &SessionId,
         event: &SessionEvent,
         now: i64,
     ) -> Result<EventRecord, StoreError> {
-        append_event(self, session, event, now)
+        if let Some(record) = self.append_projected(session, event, now)? {
+            return Ok(record);
+        }
+        let record = self.insert_event(session, event.kind(), event.data()?, now)?;
+        projection::apply(self, session, record.seq, now, event)?;
+        Ok(record)
     }
     /// Appends an event given by wire name and payload (a runner-defined event, or a built-in
     /// one by name: its projection runs), returns it.
@@ -196,9 +203,75 @@ pub(crate) trait Store:
         tail.reverse();
         Ok(tail)
     }
-    /// [`settle_inbox`] on this store.
+    /// Settles, while the claim is held, the inbox of a turn that ends for good
+    /// ([`rules::settle`]): marks the queued prompt owed the next turn and returns its
+    /// admission seq, or drops the wake marks the turn had its chance to serve.
     fn settle(&mut self, session: &SessionId) -> Result<Option<u64>, StoreError> {
-        settle_inbox(self, session)
+        self.hold_admissions(session)?;
+        let pending = self.pending_inputs(session)?;
+        if pending.is_empty() {
+            return Ok(None);
+        }
+        let fence = self.latest_interrupt_seq(session)?;
+        let claim = self.claim_seq(session)?;
+        let settlement = rules::settle(&pending, fence, claim, || match claim {
+            Some(claim) => self.user_message_after(session, claim),
+            None => Ok(false),
+        })?;
+        match settlement {
+            Settlement::Nothing => Ok(None),
+            Settlement::Owe(seq) => {
+                if let Some(input) = pending.iter().find(|input| input.admitted_seq == seq) {
+                    self.mark_wake(&input.id)?;
+                }
+                Ok(Some(seq))
+            }
+            Settlement::Forgive { claim } => {
+                self.clear_wakes_before(session, claim)?;
+                Ok(None)
+            }
+        }
+    }
+    /// Claims a turn of `session` for boot `boot`: [`OwnershipRows::check_fence`], then
+    /// appends `session.execution.started` (whose projection takes the claim) and returns it;
+    /// in one round trip where the engine can ([`TurnRows::claim_turn_at_once`]).
+    fn claim_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        boot: &str,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        if let Some(record) = self.claim_turn_at_once(session, epoch, boot, now)? {
+            return Ok(record);
+        }
+        self.check_fence(session, epoch)?;
+        let boot = boot.to_owned();
+        self.append(session, &SessionEvent::ExecutionStarted { boot }, now)
+    }
+    /// Records the terminal `event` of a turn of `session`: [`OwnershipRows::check_fence`],
+    /// then, for a terminal that releases the claim, [`Store::settle`] (decided while the claim
+    /// is held), then appends `event` (whose projection releases the claim). Returns what
+    /// `settle` decided and the event; in one round trip where the engine can
+    /// ([`TurnRows::settle_turn_at_once`]).
+    fn settle_turn(
+        &mut self,
+        session: &SessionId,
+        epoch: u64,
+        event: &SessionEvent,
+        now: i64,
+    ) -> Result<(Option<u64>, EventRecord), StoreError> {
+        if let Some(done) = self.settle_turn_at_once(session, epoch, event, now)? {
+            return Ok(done);
+        }
+        self.check_fence(session, epoch)?;
+        let next = if event.releases_claim() {
+            self.settle(session)?
+        } else {
+            None
+        };
+        let record = self.append(session, event, now)?;
+        Ok((next, record))
     }
     /// The inputs the turn claimed at `claim` promoted and had not finished, less those a
     /// user interrupt request at `fence` stopped ([`rules::served`]).

@@ -7,78 +7,11 @@
 //! transcript are written. Events of kinds without a projection change nothing; re-running the
 //! projection of stored events rebuilds the projected rows once they are deleted.
 
-use serde_json::Value;
-
-use super::backend::{ClaimRows, MessageRows};
-use super::rules::{self, ClaimRow};
+use super::backend::rows::{NewInput, NewMessage, ProjectionRows};
+use super::rules;
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
-use crate::id::{MessageId, SessionId};
-use crate::records::{Delivery, SessionInfo};
-
-/// An inbox row as the projection of `session.prompt.admitted` writes it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NewInput<'a> {
-    /// The session admitting the prompt.
-    pub(crate) session: &'a SessionId,
-    /// The prompt's message id.
-    pub(crate) id: &'a MessageId,
-    /// The seq of `session.prompt.admitted`.
-    pub(crate) seq: u64,
-    /// The prompt.
-    pub(crate) prompt: &'a Value,
-    /// How it enters a turn.
-    pub(crate) delivery: Delivery,
-    /// When it was admitted.
-    pub(crate) time: i64,
-}
-
-/// A transcript row as a projection writes it (a promotion, or `session.message.appended`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NewMessage<'a> {
-    /// The session whose transcript it joins.
-    pub(crate) session: &'a SessionId,
-    /// The message id.
-    pub(crate) id: &'a MessageId,
-    /// The message type (`user` for a promoted prompt).
-    pub(crate) kind: &'a str,
-    /// The seq of the event that wrote it.
-    pub(crate) seq: u64,
-    /// The message's data.
-    pub(crate) data: &'a Value,
-    /// When it was written.
-    pub(crate) time: i64,
-}
-
-/// The row writes a projection is made of, as a backend's statements perform them.
-pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
-    /// Inserts the session row of `session.created`.
-    fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError>;
-    /// The claim row of `session`, if it has one.
-    fn claim_row(&mut self, session: &SessionId) -> Result<Option<ClaimRow>, StoreError>;
-    /// Writes `claim` as `session`'s claim, its counted resume attempts unchanged; whether the
-    /// session is stored (nothing is written when it is not).
-    fn write_claim(&mut self, session: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError>;
-    /// Releases the claim of `session`.
-    fn release(&mut self, session: &SessionId) -> Result<(), StoreError>;
-    /// Inserts the inbox row of an admitted prompt unless its id is in a transcript (false:
-    /// nothing written). An id already in the inbox is a [`StoreError::Conflict`].
-    fn insert_input(&mut self, row: &NewInput<'_>) -> Result<bool, StoreError>;
-    /// Marks the pending inbox row `id` of `session` promoted at `seq`; false when there is no
-    /// such pending row (nothing written).
-    fn mark_promoted(
-        &mut self,
-        session: &SessionId,
-        id: &MessageId,
-        seq: u64,
-    ) -> Result<bool, StoreError>;
-    /// Inserts a transcript row.
-    fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError>;
-    /// Inserts the transcript row of `session.message.appended` unless its id is an inbox id
-    /// (false: nothing written). An id or seq already in a transcript is a
-    /// [`StoreError::Conflict`].
-    fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError>;
-}
+use crate::id::SessionId;
 
 /// Applies the projection of one stored event (kinds without one are a no-op).
 pub(crate) fn project(

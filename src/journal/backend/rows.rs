@@ -6,14 +6,13 @@
 
 use serde_json::Value;
 
-use super::{ClaimedTurn, Nudge, Ownership, Route};
+use super::ownership::{ClaimedTurn, Nudge, Ownership, Route};
 use crate::error::StoreError;
 use crate::event::{EventRecord, SessionEvent};
 use crate::id::{MessageId, SessionId};
-use crate::journal::projection::{self, ProjectionRows};
-use crate::journal::rules::{self, Scan, Settlement};
+use crate::journal::rules::{ClaimRow, Scan};
 use crate::journal::turn_write::TurnWrite;
-use crate::records::{Admission, ClaimState, ListQuery, Message, SessionInfo};
+use crate::records::{Admission, ClaimState, Delivery, ListQuery, Message, SessionInfo};
 
 /// The session table.
 pub(crate) trait SessionRows {
@@ -263,50 +262,42 @@ pub(crate) trait OwnershipRows {
 }
 
 /// A turn's two writes, each one request of the writer.
-pub(crate) trait TurnRows:
-    SessionRows + EventRows + InputRows + MessageRows + ClaimRows + OwnershipRows + ProjectionRows
-{
-    /// Claims a turn of `session` for boot `boot`: [`Store::check_fence`], then appends
-    /// `session.execution.started` (whose projection takes the claim) and returns it. An engine
-    /// where each statement is a round trip may do all of it in one.
-    fn claim_turn(
+/// A turn's two writes in one round trip each, where the engine can; each is otherwise
+/// composed of the statements above by [`Store::claim_turn`] and [`Store::settle_turn`].
+///
+/// [`Store::claim_turn`]: super::Store::claim_turn
+/// [`Store::settle_turn`]: super::Store::settle_turn
+pub(crate) trait TurnRows {
+    /// The claim of a turn (the fence check, `session.execution.started` and its projection)
+    /// in one round trip; `None`: the statements run one by one.
+    fn claim_turn_at_once(
         &mut self,
         session: &SessionId,
         epoch: u64,
         boot: &str,
         now: i64,
-    ) -> Result<EventRecord, StoreError> {
-        self.check_fence(session, epoch)?;
-        let boot = boot.to_owned();
-        append_event(self, session, &SessionEvent::ExecutionStarted { boot }, now)
+    ) -> Result<Option<EventRecord>, StoreError> {
+        let _ = (session, epoch, boot, now);
+        Ok(None)
     }
-    /// Records the terminal `event` of a turn of `session`: [`Store::check_fence`], then, for
-    /// a terminal that releases the claim, [`Store::settle`] (decided while the claim is
-    /// held), then appends `event` (whose projection releases the claim). Returns what `settle`
-    /// decided and the event. An engine where each statement is a round trip may do the common
-    /// case in one.
-    fn settle_turn(
+    /// The terminal of a turn (the fence check, the settle of its inbox for a terminal that
+    /// releases the claim, the terminal and its projection) in one round trip where it can;
+    /// `None`: the statements run one by one.
+    fn settle_turn_at_once(
         &mut self,
         session: &SessionId,
         epoch: u64,
         event: &SessionEvent,
         now: i64,
-    ) -> Result<(Option<u64>, EventRecord), StoreError> {
-        self.check_fence(session, epoch)?;
-        let next = if event.releases_claim() {
-            settle_inbox(self, session)?
-        } else {
-            None
-        };
-        let record = append_event(self, session, event, now)?;
-        Ok((next, record))
+    ) -> Result<Option<(Option<u64>, EventRecord)>, StoreError> {
+        let _ = (session, epoch, event, now);
+        Ok(None)
     }
     /// Runs `turns` (claims and terminals of distinct sessions, in this order) ahead of the
-    /// requests that make them, which then take the results from their own
-    /// [`Store::claim_turn`] and [`Store::settle_turn`] calls, made in the same order with the
-    /// same arguments. An engine where each statement is a round trip does all of them in one;
-    /// default: nothing (each call then runs its statements). An error aborts the transaction
-    /// like any failed statement.
+    /// requests that make them, which then take the results from their own claim and settle
+    /// calls, made in the same order with the same arguments. An engine where each statement
+    /// is a round trip does all of them in one; default: nothing. An error aborts the
+    /// transaction like any failed statement.
     fn prepare_turns(&mut self, turns: &[&TurnWrite], now: i64) -> Result<(), StoreError> {
         let _ = (turns, now);
         Ok(())
@@ -319,54 +310,66 @@ pub(crate) trait TurnRows:
     }
 }
 
-/// Settles, while the claim is held, the inbox of a turn that ends for good
-/// ([`rules::settle`]): marks the queued prompt owed the next turn and returns its admission
-/// seq, or drops the wake marks the turn had its chance to serve.
-pub(crate) fn settle_inbox<S>(store: &mut S, session: &SessionId) -> Result<Option<u64>, StoreError>
-where
-    S: InputRows + MessageRows + ClaimRows + ?Sized,
-{
-    store.hold_admissions(session)?;
-    let pending = store.pending_inputs(session)?;
-    if pending.is_empty() {
-        return Ok(None);
-    }
-    let fence = store.latest_interrupt_seq(session)?;
-    let claim = store.claim_seq(session)?;
-    let settlement = rules::settle(&pending, fence, claim, || match claim {
-        Some(claim) => store.user_message_after(session, claim),
-        None => Ok(false),
-    })?;
-    match settlement {
-        Settlement::Nothing => Ok(None),
-        Settlement::Owe(seq) => {
-            if let Some(input) = pending.iter().find(|input| input.admitted_seq == seq) {
-                store.mark_wake(&input.id)?;
-            }
-            Ok(Some(seq))
-        }
-        Settlement::Forgive { claim } => {
-            store.clear_wakes_before(session, claim)?;
-            Ok(None)
-        }
-    }
+/// An inbox row as the projection of `session.prompt.admitted` writes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewInput<'a> {
+    /// The session admitting the prompt.
+    pub(crate) session: &'a SessionId,
+    /// The prompt's message id.
+    pub(crate) id: &'a MessageId,
+    /// The seq of `session.prompt.admitted`.
+    pub(crate) seq: u64,
+    /// The prompt.
+    pub(crate) prompt: &'a Value,
+    /// How it enters a turn.
+    pub(crate) delivery: Delivery,
+    /// When it was admitted.
+    pub(crate) time: i64,
 }
 
-/// Appends `event` to `session`'s log with the next seq and runs its projection, in the
-/// caller's transaction (in one round trip where the engine can: [`EventRows::append_projected`]).
-pub(crate) fn append_event<S>(
-    store: &mut S,
-    session: &SessionId,
-    event: &SessionEvent,
-    time: i64,
-) -> Result<EventRecord, StoreError>
-where
-    S: EventRows + ProjectionRows + ?Sized,
-{
-    if let Some(record) = store.append_projected(session, event, time)? {
-        return Ok(record);
-    }
-    let record = store.insert_event(session, event.kind(), event.data()?, time)?;
-    projection::apply(store, session, record.seq, time, event)?;
-    Ok(record)
+/// A transcript row as a projection writes it (a promotion, or `session.message.appended`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NewMessage<'a> {
+    /// The session whose transcript it joins.
+    pub(crate) session: &'a SessionId,
+    /// The message id.
+    pub(crate) id: &'a MessageId,
+    /// The message type (`user` for a promoted prompt).
+    pub(crate) kind: &'a str,
+    /// The seq of the event that wrote it.
+    pub(crate) seq: u64,
+    /// The message's data.
+    pub(crate) data: &'a Value,
+    /// When it was written.
+    pub(crate) time: i64,
+}
+
+/// The row writes a projection is made of, as a backend's statements perform them.
+pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
+    /// Inserts the session row of `session.created`.
+    fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError>;
+    /// The claim row of `session`, if it has one.
+    fn claim_row(&mut self, session: &SessionId) -> Result<Option<ClaimRow>, StoreError>;
+    /// Writes `claim` as `session`'s claim, its counted resume attempts unchanged; whether the
+    /// session is stored (nothing is written when it is not).
+    fn write_claim(&mut self, session: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError>;
+    /// Releases the claim of `session`.
+    fn release(&mut self, session: &SessionId) -> Result<(), StoreError>;
+    /// Inserts the inbox row of an admitted prompt unless its id is in a transcript (false:
+    /// nothing written). An id already in the inbox is a [`StoreError::Conflict`].
+    fn insert_input(&mut self, row: &NewInput<'_>) -> Result<bool, StoreError>;
+    /// Marks the pending inbox row `id` of `session` promoted at `seq`; false when there is no
+    /// such pending row (nothing written).
+    fn mark_promoted(
+        &mut self,
+        session: &SessionId,
+        id: &MessageId,
+        seq: u64,
+    ) -> Result<bool, StoreError>;
+    /// Inserts a transcript row.
+    fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError>;
+    /// Inserts the transcript row of `session.message.appended` unless its id is an inbox id
+    /// (false: nothing written). An id or seq already in a transcript is a
+    /// [`StoreError::Conflict`].
+    fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError>;
 }

@@ -8,7 +8,7 @@ use super::session::session_columns;
 use super::{json_text, seq_param, seq_value};
 use crate::error::StoreError;
 use crate::id::{MessageId, SessionId};
-use crate::journal::projection::{NewInput, NewMessage, ProjectionRows};
+use crate::journal::backend::{NewInput, NewMessage, ProjectionRows};
 use crate::journal::rules::ClaimRow;
 use crate::records::SessionInfo;
 

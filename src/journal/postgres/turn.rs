@@ -304,33 +304,37 @@ fn fenced(session: &SessionId, epoch: u64) -> StoreError {
 }
 
 impl TurnRows for PgConn {
-    /// [`TurnRows::claim_turn`]: the fence check, `session.execution.started` and the claim.
-    fn claim_turn(
+    /// The fence check, `session.execution.started` and the claim: `ds_claim_turn` (or its
+    /// result in a prepared run).
+    fn claim_turn_at_once(
         &mut self,
         session: &SessionId,
         epoch: u64,
         boot: &str,
         now: i64,
-    ) -> Result<EventRecord, StoreError> {
+    ) -> Result<Option<EventRecord>, StoreError> {
         if let Some(done) = take_prepared(self, session, epoch, true)? {
             let seq = done
                 .seq
                 .filter(|_| !done.fenced)
                 .ok_or_else(|| fenced(session, epoch))?;
-            return started_record(self, session, boot, seq_value(seq)?, done.time);
+            return started_record(self, session, boot, seq_value(seq)?, done.time).map(Some);
         }
-        started(self, session, Some(epoch), boot, now)?.ok_or_else(|| fenced(session, epoch))
+        started(self, session, Some(epoch), boot, now)?
+            .ok_or_else(|| fenced(session, epoch))
+            .map(Some)
     }
 
-    /// [`TurnRows::settle_turn`]: the fence check, then (for a terminal releasing the claim) the
-    /// settlement, then the terminal and its projection.
-    fn settle_turn(
+    /// The fence check, then (for a terminal releasing the claim) the settlement, then the
+    /// terminal and its projection: `ds_settle_turn` (or its result in a prepared run), which
+    /// leaves a settlement with inputs pending to [`Store::settle`], under the row lock it took.
+    fn settle_turn_at_once(
         &mut self,
         session: &SessionId,
         epoch: u64,
         terminal: &SessionEvent,
         now: i64,
-    ) -> Result<(Option<u64>, EventRecord), StoreError> {
+    ) -> Result<Option<(Option<u64>, EventRecord)>, StoreError> {
         let interrupted = match terminal {
             SessionEvent::ExecutionInterrupted { .. } => true,
             SessionEvent::ExecutionSucceeded {} | SessionEvent::ExecutionFailed { .. } => false,
@@ -375,12 +379,12 @@ impl TurnRows for PgConn {
             // stays locked until COMMIT).
             let next = Store::settle(self, session)?;
             let record = self.append(session, terminal, time)?;
-            return Ok((next, record));
+            return Ok(Some((next, record)));
         }
         let seq =
             seq.ok_or_else(|| StoreError::Inconsistent("ds_settle_turn appended nothing".into()))?;
         let record = event::appended(self, session, seq_value(seq)?, kind, data, time);
-        Ok((None, record))
+        Ok(Some((None, record)))
     }
 
     /// [`TurnRows::prepare_turns`]: every write of `turns` in one round trip, their results kept

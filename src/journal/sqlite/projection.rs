@@ -9,7 +9,7 @@ use rusqlite::{Connection, OptionalExtension};
 use super::{conflict_on_constraint, get_opt_seq, json_text, seq_param, SqliteStore, StoreError};
 use crate::id::{MessageId, SessionId};
 use crate::journal::backend::InputRows;
-use crate::journal::projection::{NewInput, NewMessage, ProjectionRows};
+use crate::journal::backend::{NewInput, NewMessage, ProjectionRows};
 use crate::journal::rules::ClaimRow;
 use crate::records::SessionInfo;
 
