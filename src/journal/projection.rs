@@ -130,6 +130,9 @@ pub(crate) fn claim(
     seq: u64,
     boot: &str,
 ) -> Result<bool, StoreError> {
+    if rows.insert_claim(session, &rules::merge_claim(None, time, seq, boot))? {
+        return Ok(true);
+    }
     let existing = rows.claim_row(session)?;
     let merged = rules::merge_claim(existing.as_ref(), time, seq, boot);
     if existing.as_ref() == Some(&merged) {

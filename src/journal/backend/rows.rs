@@ -348,6 +348,10 @@ pub(crate) struct NewMessage<'a> {
 pub(crate) trait ProjectionRows: ClaimRows + MessageRows {
     /// Inserts the session row of `session.created`.
     fn insert_session(&mut self, info: &SessionInfo) -> Result<(), StoreError>;
+    /// Writes `claim` as `session`'s claim if the session has no claim row (the common case:
+    /// one statement); false when a row is there or the session is not stored (nothing
+    /// written).
+    fn insert_claim(&mut self, session: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError>;
     /// The claim row of `session`, if it has one.
     fn claim_row(&mut self, session: &SessionId) -> Result<Option<ClaimRow>, StoreError>;
     /// Writes `claim` as `session`'s claim, its counted resume attempts unchanged; whether the

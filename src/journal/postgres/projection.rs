@@ -62,6 +62,17 @@ impl ProjectionRows for PgConn {
         .transpose()
     }
 
+    /// One statement: the claim columns written where they are all empty.
+    fn insert_claim(&mut self, id: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError> {
+        let seq = claim.seq.map(seq_param);
+        Ok(self.execute(
+            "UPDATE session SET time_suspended = $2, claim_seq = $3, claim_boot = $4 \
+             WHERE id = $1 AND time_suspended IS NULL AND claim_seq IS NULL \
+               AND claim_boot IS NULL",
+            &[&id.as_str(), &claim.time, &seq, &claim.boot],
+        )? > 0)
+    }
+
     /// Writes `claim` into `id`'s row, keeping its resume attempts. Returns whether the row exists.
     fn write_claim(&mut self, id: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError> {
         let seq = claim.seq.map(seq_param);

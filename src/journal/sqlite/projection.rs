@@ -69,6 +69,21 @@ impl<C: Borrow<Connection>> ProjectionRows for SqliteStore<C> {
 
     /// Writes `claim` as `id`'s claim row, keeping its resume attempts. Returns whether the
     /// session exists (nothing is written when it does not).
+    fn insert_claim(&mut self, id: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError> {
+        // A session the writer knows the log number of is stored (see `streams`): its claim
+        // needs no probe of the session table.
+        let sql = if self.streams.lookup(id).is_some() {
+            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (session_id) DO NOTHING"
+        } else {
+            "INSERT INTO session_claim (session_id, time_suspended, claim_seq, claim_boot) \
+             SELECT id, ?2, ?3, ?4 FROM session WHERE id = ?1 ON CONFLICT (session_id) DO NOTHING"
+        };
+        let mut stmt = self.conn().prepare_cached(sql)?;
+        let seq = claim.seq.map(seq_param);
+        Ok(stmt.execute(rusqlite::params![id.as_str(), claim.time, seq, claim.boot])? > 0)
+    }
+
     fn write_claim(&mut self, id: &SessionId, claim: &ClaimRow) -> Result<bool, StoreError> {
         // A session the writer knows the log number of is stored (see `streams`): its claim
         // needs no probe of the session table.
