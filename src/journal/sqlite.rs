@@ -293,6 +293,17 @@ pub(crate) mod test_support {
         store.messages_tail(session, n)
     }
 
+    /// Publishes `session.execution.started` for `s` (a turn claimed by boot `b`); its seq.
+    pub(crate) fn started(
+        store: &mut (impl Store + ?Sized),
+        s: &SessionId,
+    ) -> Result<u64, StoreError> {
+        let boot = serde_json::json!({ "boot": "b" });
+        Ok(store
+            .publish(s, crate::event::kind::EXECUTION_STARTED, &boot, 1)?
+            .seq)
+    }
+
     /// The detail lines of `EXPLAIN QUERY PLAN` for `sql`.
     pub(crate) fn plan(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<String>> {
         let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))?;

@@ -138,52 +138,49 @@ impl ProjectionRows for PgConn {
     /// Inserts a transcript row created by event `seq`; an id already in a transcript, or a seq
     /// already used in this one, is a conflict.
     fn insert_message(&mut self, row: &NewMessage<'_>) -> Result<(), StoreError> {
-        let data = json_text(row.data)?;
-        self.execute_or_conflict(
+        insert_message(
+            self,
             "INSERT INTO session_message \
              (id, session_id, type, seq, data, time_created, time_updated) \
              VALUES ($1, $2, $3, $4, $5, $6, $6)",
-            &[
-                &row.id.as_str(),
-                &row.session.as_str(),
-                &row.kind,
-                &seq_param(row.seq),
-                &data,
-                &row.time,
-            ],
-            || {
-                format!(
-                    "message {} cannot be added to session {}",
-                    row.id, row.session
-                )
-            },
-        )?;
-        Ok(())
+            row,
+        )
+        .map(drop)
     }
 
     /// The inbox check and the insert in one statement.
     fn insert_appended(&mut self, row: &NewMessage<'_>) -> Result<bool, StoreError> {
-        let data = json_text(row.data)?;
-        let inserted = self.execute_or_conflict(
+        let inserted = insert_message(
+            self,
             "INSERT INTO session_message \
              (id, session_id, type, seq, data, time_created, time_updated) \
              SELECT $1, $2, $3, $4, $5, $6, $6 \
              WHERE NOT EXISTS (SELECT 1 FROM session_input WHERE id = $1)",
-            &[
-                &row.id.as_str(),
-                &row.session.as_str(),
-                &row.kind,
-                &seq_param(row.seq),
-                &data,
-                &row.time,
-            ],
-            || {
-                format!(
-                    "message {} cannot be added to session {}",
-                    row.id, row.session
-                )
-            },
+            row,
         )?;
         Ok(inserted > 0)
     }
+}
+
+/// Runs `sql`, an insert of a transcript row whose placeholders `$1` … `$6` are `row`'s id,
+/// session, type, seq, data and time; the rows it wrote. A duplicate id or seq is a conflict.
+fn insert_message(conn: &mut PgConn, sql: &str, row: &NewMessage<'_>) -> Result<u64, StoreError> {
+    let data = json_text(row.data)?;
+    conn.execute_or_conflict(
+        sql,
+        &[
+            &row.id.as_str(),
+            &row.session.as_str(),
+            &row.kind,
+            &seq_param(row.seq),
+            &data,
+            &row.time,
+        ],
+        || {
+            format!(
+                "message {} cannot be added to session {}",
+                row.id, row.session
+            )
+        },
+    )
 }

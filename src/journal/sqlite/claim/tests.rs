@@ -7,7 +7,7 @@ use crate::event::kind;
 use crate::journal::sqlite::projection::release;
 use crate::journal::sqlite::test_support::claim;
 use crate::journal::sqlite::test_support::rows::*;
-use crate::journal::sqlite::test_support::{create, plan, sid, test_db};
+use crate::journal::sqlite::test_support::{create, plan, sid, started, test_db};
 
 /// What the restart sweep reads at start costs what is claimed or owed, not the number of
 /// sessions: each statement reads the claims (`session_claim`, a row per claimed session,
@@ -200,12 +200,6 @@ fn release_child_claims_touches_only_claimed_children() -> Result<(), StoreError
     assert_eq!(parent.time_suspended, Some(10));
     assert_eq!(conn.release_child_claims("b3")?, 0);
     Ok(())
-}
-
-fn started(conn: &mut SqliteStore, s: &SessionId) -> Result<u64, StoreError> {
-    Ok(conn
-        .publish(s, kind::EXECUTION_STARTED, &json!({ "boot": "b" }), 1)?
-        .seq)
 }
 
 #[test]

@@ -4,10 +4,10 @@ use serde_json::json;
 use super::*;
 use crate::event::kind;
 use crate::journal::sqlite::test_support::rows::*;
+use crate::journal::sqlite::test_support::started;
 use crate::journal::sqlite::test_support::{admit, promote_queue, promote_steer};
 use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
 use crate::journal::sqlite::test_support::{served_inputs, settle};
-use crate::journal::sqlite::SqliteStore;
 
 fn ids(inputs: &[Admission]) -> Vec<&str> {
     inputs.iter().map(|a| a.id.as_str()).collect()
@@ -217,12 +217,6 @@ fn promoting_an_unknown_input_is_a_conflict() -> Result<(), StoreError> {
     let result = db.conn.publish(&sid("s"), kind::PROMPT_PROMOTED, &data, 2);
     assert!(matches!(result, Err(StoreError::Conflict(_))), "{result:?}");
     Ok(())
-}
-
-fn started(conn: &mut SqliteStore, s: &SessionId) -> Result<u64, StoreError> {
-    Ok(conn
-        .publish(s, kind::EXECUTION_STARTED, &json!({ "boot": "b" }), 1)?
-        .seq)
 }
 
 #[test]

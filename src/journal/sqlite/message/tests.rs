@@ -6,6 +6,7 @@ use super::*;
 use crate::event::kind;
 use crate::journal::sqlite::projection::message_exists;
 use crate::journal::sqlite::test_support::rows::*;
+use crate::journal::sqlite::test_support::started;
 use crate::journal::sqlite::test_support::{context, messages, messages_after, messages_tail};
 use crate::journal::sqlite::test_support::{create, mid, sid, test_db};
 use crate::journal::sqlite::SqliteStore;
@@ -243,12 +244,6 @@ fn a_corrupt_stored_payload_is_a_json_error() -> Result<(), StoreError> {
     let result = context(&mut db.conn, &sid("s"));
     assert!(matches!(result, Err(StoreError::Json(_))), "{result:?}");
     Ok(())
-}
-
-fn started(conn: &mut SqliteStore, s: &SessionId) -> Result<u64, StoreError> {
-    Ok(conn
-        .publish(s, kind::EXECUTION_STARTED, &json!({ "boot": "b" }), 1)?
-        .seq)
 }
 
 #[test]
