@@ -268,8 +268,9 @@ impl Node {
     }
 }
 
-impl Drop for Node {
-    fn drop(&mut self) {
+impl Node {
+    /// Kills and reaps the process, continuing it first when it is stopped.
+    fn reap(&mut self) {
         if let Some(mut child) = self.process.take() {
             if self.paused {
                 if let Ok(pid) = libc::pid_t::try_from(child.id()) {
@@ -283,6 +284,12 @@ impl Drop for Node {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.reap();
     }
 }
 
@@ -370,19 +377,7 @@ impl Nodes {
     /// `DS_KEEP_NODE_LOGS` is set).
     fn finish(&mut self) {
         for node in &mut self.nodes {
-            if let Some(mut child) = node.process.take() {
-                if node.paused {
-                    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-                        #[allow(unsafe_code)]
-                        // SAFETY: as in `Node::signal`: our own unreaped child.
-                        unsafe {
-                            libc::kill(pid, libc::SIGCONT);
-                        }
-                    }
-                }
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            node.reap();
         }
         if std::thread::panicking() || std::env::var_os("DS_KEEP_NODE_LOGS").is_some() {
             if let Some(dir) = self.dir.take() {
