@@ -69,6 +69,15 @@ impl OwnerLock {
 
     /// Releases the lock (the OS does the same when the process dies).
     pub(crate) fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for OwnerLock {
+    /// Unlocks before the file closes: a child this process is forking at that moment holds a
+    /// copy of the descriptor until it execs, and closing ours alone would leave the lock held
+    /// by that copy, refusing a runtime this process starts next.
+    fn drop(&mut self) {
         if let Err(e) = self.file.unlock() {
             log::warn!("could not unlock the database's lock file: {e}");
         }
