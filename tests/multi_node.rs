@@ -963,64 +963,109 @@ fn random_node_kills_keep_every_invariant() {
         return;
     };
     const KILLS: usize = 50;
-    const MAX_ATTEMPTS: u32 = 3;
-    let seed = run_seed();
-    eprintln!("random_node_kills_keep_every_invariant: DS_SEED={seed}");
-    let options = NodeOptions {
-        lease: Duration::from_secs(1),
-        word_delay: Duration::from_millis(40),
-        max_resume_attempts: MAX_ATTEMPTS,
-        server_log: Some(cluster.dir().join("postgres.log")),
-    };
-    let mut nodes = Nodes::start(&url, 3, &options);
-    let mut db = connect(&url);
-    let sessions = create_sessions(&nodes, 60);
-    let ledger = Ledger::default();
-    let spread = nodes.spread();
-    let stop = Arc::new(AtomicBool::new(false));
-    let interrupts = Arc::new(AtomicUsize::new(0));
-    let workload = random_workload(&spread, &ledger, &sessions, seed, &stop, &interrupts);
-
-    let mut rng = XorShift::new(seed);
+    let mut chaos = Chaos::start(
+        "random_node_kills_keep_every_invariant",
+        &cluster,
+        &url,
+        Duration::from_secs(1),
+    );
     let started = Instant::now();
     let mut kills_per_node = [0usize; 3];
     for _ in 0..KILLS {
-        std::thread::sleep(Duration::from_millis(500 + rng.below(1000)));
-        nodes.assert_alive();
-        let victim = rng.below(3) as usize;
-        nodes.kill(victim);
+        std::thread::sleep(Duration::from_millis(500 + chaos.rng.below(1000)));
+        chaos.nodes.assert_alive();
+        let victim = chaos.rng.below(3) as usize;
+        chaos.nodes.kill(victim);
         kills_per_node[victim] += 1;
         // Sometimes restart at once (the dead boot's lease still runs), sometimes after it
         // lapsed.
-        std::thread::sleep(Duration::from_millis(rng.below(1500)));
-        nodes.restart(victim);
+        std::thread::sleep(Duration::from_millis(chaos.rng.below(1500)));
+        chaos.nodes.restart(victim);
     }
-    let killing = started.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    for handle in workload {
-        handle.join().expect("workload thread");
-    }
-    nodes.assert_alive();
-    let settling = Instant::now();
-    let view = quiesce(&mut db, SETTLE, "after the kills");
-    eprintln!(
-        "{KILLS} kills ({kills_per_node:?} per node) in {killing:?}, settled {:?} later",
-        settling.elapsed()
+    let done = format!(
+        "{KILLS} kills ({kills_per_node:?} per node) in {:?}",
+        started.elapsed()
     );
-    let tally = assert_every_invariant(
-        &cluster,
-        &mut db,
-        &view,
-        &ledger,
-        MAX_ATTEMPTS,
-        &nodes,
-        "kills",
-    );
-    let notices = summarize(&view, &ledger, tally, &interrupts);
+    let notices = chaos.finish(&cluster, &url, "kills", &done);
     assert!(
         notices > 0,
         "no turn was ever resumed: the kills hit nothing"
     );
+}
+
+/// A chaos test's running system: three nodes on the shared database, 60 sessions, the random
+/// workload of four clients, and the seeded random source the disruptions draw from.
+struct Chaos {
+    nodes: Nodes,
+    ledger: Ledger,
+    stop: Arc<AtomicBool>,
+    interrupts: Arc<AtomicUsize>,
+    workload: Vec<std::thread::JoinHandle<()>>,
+    rng: XorShift,
+}
+
+impl Chaos {
+    /// The resume budget of every node of a chaos test.
+    const MAX_ATTEMPTS: u32 = 3;
+
+    /// Starts the nodes (leases of `lease`), the sessions and the workload, seeded from
+    /// `DS_SEED` (printed, to replay a run).
+    fn start(test: &str, cluster: &PgCluster, url: &str, lease: Duration) -> Chaos {
+        let seed = run_seed();
+        eprintln!("{test}: DS_SEED={seed}");
+        let options = NodeOptions {
+            lease,
+            word_delay: Duration::from_millis(40),
+            max_resume_attempts: Self::MAX_ATTEMPTS,
+            server_log: Some(cluster.dir().join("postgres.log")),
+        };
+        let nodes = Nodes::start(url, 3, &options);
+        let sessions = create_sessions(&nodes, 60);
+        let ledger = Ledger::default();
+        let stop = Arc::new(AtomicBool::new(false));
+        let interrupts = Arc::new(AtomicUsize::new(0));
+        let workload = random_workload(
+            &nodes.spread(),
+            &ledger,
+            &sessions,
+            seed,
+            &stop,
+            &interrupts,
+        );
+        Chaos {
+            nodes,
+            ledger,
+            stop,
+            interrupts,
+            workload,
+            rng: XorShift::new(seed),
+        }
+    }
+
+    /// Stops the workload, waits until the store settles, checks every invariant after
+    /// `what` (the disruptions, `done` saying which) and returns how many restart notices
+    /// the turns got.
+    fn finish(mut self, cluster: &PgCluster, url: &str, what: &str, done: &str) -> usize {
+        self.stop.store(true, Ordering::SeqCst);
+        for handle in self.workload {
+            handle.join().expect("workload thread");
+        }
+        self.nodes.assert_alive();
+        let mut db = connect(url);
+        let settling = Instant::now();
+        let view = quiesce(&mut db, SETTLE, &format!("after the {what}"));
+        eprintln!("{done}, settled {:?} later", settling.elapsed());
+        let tally = assert_every_invariant(
+            cluster,
+            &mut db,
+            &view,
+            &self.ledger,
+            Self::MAX_ATTEMPTS,
+            &self.nodes,
+            what,
+        );
+        summarize(&view, &self.ledger, tally, &self.interrupts)
+    }
 }
 
 /// The random workload of the chaos tests: four clients (seeded from `seed`) sending requests to
@@ -1330,26 +1375,9 @@ fn random_node_kills_pauses_and_database_restarts_keep_every_invariant() {
         return;
     };
     const LEASE: Duration = Duration::from_secs(2);
-    const MAX_ATTEMPTS: u32 = 3;
     /// No disruption starts after this long (a bound on a loaded machine).
     const CHAOS_LIMIT: Duration = Duration::from_secs(60);
-    let seed = run_seed();
-    eprintln!("{test}: DS_SEED={seed}");
-    let options = NodeOptions {
-        lease: LEASE,
-        word_delay: Duration::from_millis(40),
-        max_resume_attempts: MAX_ATTEMPTS,
-        server_log: Some(cluster.dir().join("postgres.log")),
-    };
-    let mut nodes = Nodes::start(&url, 3, &options);
-    let sessions = create_sessions(&nodes, 60);
-    let ledger = Ledger::default();
-    let spread = nodes.spread();
-    let stop = Arc::new(AtomicBool::new(false));
-    let interrupts = Arc::new(AtomicUsize::new(0));
-    let workload = random_workload(&spread, &ledger, &sessions, seed, &stop, &interrupts);
-
-    let mut rng = XorShift::new(seed);
+    let mut chaos = Chaos::start(test, &cluster, &url, LEASE);
     let mut plan: Vec<Disruption> = [
         (Disruption::Kill, 13),
         (Disruption::Pause, 4),
@@ -1359,7 +1387,7 @@ fn random_node_kills_pauses_and_database_restarts_keep_every_invariant() {
     .flat_map(|(d, n)| std::iter::repeat_n(d, n))
     .collect();
     for i in (1..plan.len()).rev() {
-        plan.swap(i, rng.below(i as u64 + 1) as usize);
+        plan.swap(i, chaos.rng.below(i as u64 + 1) as usize);
     }
     let started = Instant::now();
     let mut done: Vec<String> = Vec::new();
@@ -1367,24 +1395,24 @@ fn random_node_kills_pauses_and_database_restarts_keep_every_invariant() {
         if started.elapsed() > CHAOS_LIMIT {
             break;
         }
-        std::thread::sleep(Duration::from_millis(300 + rng.below(900)));
-        nodes.assert_alive();
+        std::thread::sleep(Duration::from_millis(300 + chaos.rng.below(900)));
+        chaos.nodes.assert_alive();
         match disruption {
             Disruption::Kill => {
-                let victim = rng.below(3) as usize;
-                nodes.kill(victim);
-                std::thread::sleep(Duration::from_millis(rng.below(1500)));
-                nodes.restart(victim);
+                let victim = chaos.rng.below(3) as usize;
+                chaos.nodes.kill(victim);
+                std::thread::sleep(Duration::from_millis(chaos.rng.below(1500)));
+                chaos.nodes.restart(victim);
                 done.push(format!("kill n{victim}"));
             }
             Disruption::Pause => {
-                let victim = rng.below(3) as usize;
-                let frozen = LEASE + Duration::from_millis(300 + rng.below(1000));
-                nodes.take_out(victim);
-                nodes.nodes[victim].pause();
+                let victim = chaos.rng.below(3) as usize;
+                let frozen = LEASE + Duration::from_millis(300 + chaos.rng.below(1000));
+                chaos.nodes.take_out(victim);
+                chaos.nodes.nodes[victim].pause();
                 std::thread::sleep(frozen);
-                nodes.nodes[victim].resume();
-                nodes.put_back(victim);
+                chaos.nodes.nodes[victim].resume();
+                chaos.nodes.put_back(victim);
                 done.push(format!("pause n{victim} {} ms", frozen.as_millis()));
             }
             Disruption::DatabaseRestart => {
@@ -1395,31 +1423,18 @@ fn random_node_kills_pauses_and_database_restarts_keep_every_invariant() {
             }
         }
     }
-    let chaos = started.elapsed();
-    stop.store(true, Ordering::SeqCst);
-    for handle in workload {
-        handle.join().expect("workload thread");
-    }
-    nodes.assert_alive();
-    let mut db = connect(&url);
-    let settling = Instant::now();
-    let view = quiesce(&mut db, SETTLE, "after the disruptions");
-    eprintln!(
-        "{} disruptions in {chaos:?} ({}), settled {:?} later",
+    let summary = format!(
+        "{} disruptions in {:?} ({})",
         done.len(),
-        done.join(", "),
-        settling.elapsed()
+        started.elapsed(),
+        done.join(", ")
     );
-    let tally = assert_every_invariant(
+    let notices = chaos.finish(
         &cluster,
-        &mut db,
-        &view,
-        &ledger,
-        MAX_ATTEMPTS,
-        &nodes,
+        &url,
         "kills, pauses and database restarts",
+        &summary,
     );
-    let notices = summarize(&view, &ledger, tally, &interrupts);
     assert!(
         notices > 0,
         "no turn was ever resumed: the disruptions hit nothing"
