@@ -24,7 +24,7 @@ use common::nodes::{
     call, connect, notices_after, now_ms, quiesce, request, sql_violations, words, Ledger,
     NodeOptions, Nodes, PgView, Spread, Sse, SseEvent,
 };
-use common::{run_seed, XorShift};
+use common::{run_seed, StoreView, XorShift};
 use durable_sessions::kind;
 use durable_sessions::testing::postgres::{start_or_skip, PgCluster, ShutdownMode};
 use serde_json::json;
@@ -1107,21 +1107,18 @@ fn random_workload(
         .collect()
 }
 
+/// How many restart notices and `aborted` terminals the store holds, over every session.
+fn notices_and_aborts(store: &StoreView) -> (usize, usize) {
+    let sessions = store.sessions.keys();
+    sessions.fold((0, 0), |(notices, aborts), s| {
+        (notices + store.notices(s), aborts + store.aborts(s))
+    })
+}
+
 /// Prints what a chaos test's workload left (events, prompts by fate, notices, aborts, changes
 /// of owner); returns the number of restart notices.
 fn summarize(view: &PgView, ledger: &Ledger, tally: [usize; 4], interrupts: &AtomicUsize) -> usize {
-    let notices: usize = view
-        .store
-        .sessions
-        .keys()
-        .map(|s| view.store.notices(s))
-        .sum();
-    let aborts: usize = view
-        .store
-        .sessions
-        .keys()
-        .map(|s| view.store.aborts(s))
-        .sum();
+    let (notices, aborts) = notices_and_aborts(&view.store);
     let events: usize = view.store.events.values().map(Vec::len).sum();
     let epochs: i64 = view.owners.values().map(|(_, e)| *e).sum();
     eprintln!(
@@ -1316,18 +1313,7 @@ fn a_postgres_outage_shorter_than_the_lease_strands_no_acknowledged_prompt() {
         "a node rejoined under a new id: its lease lapsed in a {away:?} outage (lease {LEASE:?})\n{}",
         nodes.logs(20)
     );
-    let notices: usize = view
-        .store
-        .sessions
-        .keys()
-        .map(|s| view.store.notices(s))
-        .sum();
-    let aborts: usize = view
-        .store
-        .sessions
-        .keys()
-        .map(|s| view.store.aborts(s))
-        .sum();
+    let (notices, aborts) = notices_and_aborts(&view.store);
     let counts = counts.lock().unwrap().clone();
     eprintln!(
         "PostgreSQL away {away:?} (stopped in {stopped_in:?}, ready {started_in:?} after its \
