@@ -25,6 +25,13 @@ pub(crate) const AFTER_INTERRUPT_REQUEST: &str = "after_interrupt_request";
 /// Inside the promotion write of a turn, before its transaction commits.
 pub(crate) const DURING_PROMOTION: &str = "during_promotion";
 
+/// Inside a step: after its intent (`session.step.started`) committed, before its body runs.
+pub(crate) const AFTER_STEP_INTENT: &str = "after_step_intent";
+/// Inside a step: after its body returned, before its outcome is sent to be committed.
+pub(crate) const AFTER_STEP_BODY: &str = "after_step_body";
+/// Inside the commit of a step's outcome, before its transaction commits.
+pub(crate) const DURING_STEP_OUTCOME: &str = "during_step_outcome";
+
 /// Every crash point, for the matrix.
 pub const ALL: &[&str] = &[
     BEFORE_CLAIM,
@@ -36,6 +43,9 @@ pub const ALL: &[&str] = &[
     AFTER_ADMISSION_BEFORE_WAKE,
     AFTER_INTERRUPT_REQUEST,
     DURING_PROMOTION,
+    AFTER_STEP_INTENT,
+    AFTER_STEP_BODY,
+    DURING_STEP_OUTCOME,
 ];
 
 /// Reaches the crash point `name`: a no-op unless the feature and `DS_CRASH_POINT=name` are set.

@@ -195,6 +195,26 @@ impl StoreError {
     }
 }
 
+/// Why [`crate::Sessions::retry`] refused: only a last turn that ended `failed` (or
+/// `aborted`) is run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NotRetryable {
+    /// A turn holds the session's claim: running, or left for the restart sweep.
+    #[error("a turn is in flight")]
+    TurnInFlight,
+    /// No turn has run (or its records were compacted away).
+    #[error("no turn has run")]
+    NoTurn,
+    /// The last turn succeeded.
+    #[error("the last turn succeeded")]
+    Succeeded,
+    /// The last turn was interrupted by a user (or a request came after it): an interrupt
+    /// sticks.
+    #[error("the last turn was interrupted")]
+    Interrupted,
+}
+
 /// Everything that can go wrong when calling the runtime.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -286,6 +306,73 @@ pub enum Error {
         session_id: SessionId,
         /// The seq of the session's latest `session.interrupt.requested` (its interrupt fence).
         interrupt_seq: u64,
+    },
+    /// A step's body returned an error ([`crate::Turn::step`]), now or in an earlier drain of
+    /// the turn (its recorded outcome, replayed).
+    #[error("session {session_id}: step {step} failed: {}", error.message)]
+    StepFailed {
+        /// The session.
+        session_id: SessionId,
+        /// The step's name.
+        step: String,
+        /// What the body returned, as recorded.
+        error: crate::outcome::SessionError,
+    },
+    /// [`crate::Turn::step_once`] refused to run a step again whose intent is recorded and
+    /// whose outcome is not: its effect may or may not have happened. Reconcile (look the
+    /// effect up by `key`), then record what you found under another step name.
+    #[error(
+        "session {session_id}: step {step} is ambiguous (started {attempts} time(s) without a          recorded outcome); reconcile by its key {key}"
+    )]
+    Ambiguous {
+        /// The session.
+        session_id: SessionId,
+        /// The step's name.
+        step: String,
+        /// Its idempotency key.
+        key: String,
+        /// How many times its body was started.
+        attempts: u32,
+    },
+    /// A drain called a step name it had already called: names are unique within a turn
+    /// (name each call of a loop, e.g. `tool:{call_id}`). Nothing was recorded.
+    #[error("session {session_id}: step {step} was already called in this drain")]
+    DuplicateStep {
+        /// The session.
+        session_id: SessionId,
+        /// The step's name.
+        step: String,
+    },
+    /// A step's value is larger, as JSON, than the limit: its outcome is recorded as this
+    /// failure (the body ran).
+    #[error("session {session_id}: the result of step {step} is {bytes} bytes, over {limit}")]
+    StepResultTooLarge {
+        /// The session.
+        session_id: SessionId,
+        /// The step's name.
+        step: String,
+        /// Its size as JSON.
+        bytes: usize,
+        /// The limit ([`crate::MAX_STEP_RESULT_BYTES`]).
+        limit: usize,
+    },
+    /// A step's recorded value does not decode as the type the drain asks for now.
+    #[error("session {session_id}: the recorded result of step {step} does not decode: {reason}")]
+    StepDecode {
+        /// The session.
+        session_id: SessionId,
+        /// The step's name.
+        step: String,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// [`crate::Sessions::retry`] found no failed turn to run again; nothing was written.
+    #[error("session {session_id}: nothing to retry: {why}")]
+    NotRetryable {
+        /// The session.
+        session_id: SessionId,
+        /// Why.
+        why: NotRetryable,
     },
     /// A configuration value was out of range.
     #[error("invalid configuration: {0}")]

@@ -33,6 +33,12 @@ pub mod kind {
     pub const SYNTHETIC: &str = "session.synthetic";
     /// A runner appended a message to the transcript.
     pub const MESSAGE_APPENDED: &str = "session.message.appended";
+    /// A step's intent: its body is about to run (`Turn::step`).
+    pub const STEP_STARTED: &str = "session.step.started";
+    /// A step's body returned a value: its recorded outcome.
+    pub const STEP_COMPLETED: &str = "session.step.completed";
+    /// A step's body returned an error: its recorded outcome.
+    pub const STEP_FAILED: &str = "session.step.failed";
 
     /// The session was deleted ([`crate::Sessions::delete`]). Never stored (the log went with
     /// the session): delivered live to the session's open event streams, with the seq after
@@ -52,6 +58,9 @@ pub mod kind {
         MODEL_SWITCHED,
         SYNTHETIC,
         MESSAGE_APPENDED,
+        STEP_STARTED,
+        STEP_COMPLETED,
+        STEP_FAILED,
     ];
 }
 
@@ -134,6 +143,10 @@ pub enum SessionEvent {
         /// The process boot that claimed the turn.
         #[serde(default)]
         boot: String,
+        /// Set on a retry ([`crate::Sessions::retry`]): the id of the turn this claim is the
+        /// next attempt of (the seq that first claimed it), which the claim keeps.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn: Option<u64>,
     },
     /// A turn ended naturally: releases the claim.
     #[serde(rename = "session.execution.succeeded")]
@@ -183,6 +196,42 @@ pub enum SessionEvent {
         kind: String,
         /// The payload.
         data: Value,
+    },
+    /// A step's intent, committed before its body runs (`Turn::step`).
+    #[serde(rename = "session.step.started")]
+    StepStarted {
+        /// The turn's id ([`crate::Turn::id`]).
+        turn: u64,
+        /// The step's name, unique within the turn.
+        step: String,
+        /// The attempt of the turn that runs it ([`crate::Turn::attempt`]).
+        attempt: u32,
+        /// The step's idempotency key, the same in every attempt of the turn.
+        key: String,
+    },
+    /// A step's body returned a value.
+    #[serde(rename = "session.step.completed")]
+    StepCompleted {
+        /// The turn's id.
+        turn: u64,
+        /// The step's name.
+        step: String,
+        /// The attempt of the turn that ran it.
+        attempt: u32,
+        /// The body's value, as JSON: what a later drain of the turn gets back.
+        result: Value,
+    },
+    /// A step's body returned an error.
+    #[serde(rename = "session.step.failed")]
+    StepFailed {
+        /// The turn's id.
+        turn: u64,
+        /// The step's name.
+        step: String,
+        /// The attempt of the turn that ran it.
+        attempt: u32,
+        /// What went wrong.
+        error: SessionError,
     },
     /// A user asked to interrupt the session; its seq is the interrupt fence.
     #[serde(rename = "session.interrupt.requested")]
@@ -261,6 +310,9 @@ impl SessionEvent {
             SessionEvent::InterruptRequested { .. } => kind::INTERRUPT_REQUESTED,
             SessionEvent::ModelSwitched { .. } => kind::MODEL_SWITCHED,
             SessionEvent::RestartNotice { .. } => kind::SYNTHETIC,
+            SessionEvent::StepStarted { .. } => kind::STEP_STARTED,
+            SessionEvent::StepCompleted { .. } => kind::STEP_COMPLETED,
+            SessionEvent::StepFailed { .. } => kind::STEP_FAILED,
         }
     }
 
@@ -281,6 +333,16 @@ impl SessionEvent {
     /// When the payload does not have the shape of its kind: the log is inconsistent.
     pub(crate) fn projected(kind: &str, data: &Value) -> Option<Result<Self, serde_json::Error>> {
         if !PROJECTED.contains(&kind) {
+            return None;
+        }
+        let tagged = serde_json::json!({ "type": kind, "data": data });
+        Some(serde_json::from_value(tagged))
+    }
+
+    /// Decodes a stored step or claim event (`session.step.*`, `session.execution.*`) for the
+    /// turn ledger; `None` for any other kind.
+    pub(crate) fn of_turn(kind: &str, data: &Value) -> Option<Result<Self, serde_json::Error>> {
+        if !kind.starts_with("session.step.") && !kind.starts_with("session.execution.") {
             return None;
         }
         let tagged = serde_json::json!({ "type": kind, "data": data });
@@ -324,7 +386,10 @@ mod tests {
         let m = MessageId::new("m")?;
         let cases: Vec<(SessionEvent, Value)> = vec![
             (
-                SessionEvent::ExecutionStarted { boot: "b".into() },
+                SessionEvent::ExecutionStarted {
+                    boot: "b".into(),
+                    turn: None,
+                },
                 json!({ "boot": "b" }),
             ),
             (SessionEvent::ExecutionSucceeded {}, json!({})),
@@ -405,6 +470,10 @@ mod tests {
             );
         }
         assert!(SessionEvent::aborted().releases_claim());
-        assert!(!SessionEvent::ExecutionStarted { boot: "b".into() }.releases_claim());
+        assert!(!SessionEvent::ExecutionStarted {
+            boot: "b".into(),
+            turn: None
+        }
+        .releases_claim());
     }
 }

@@ -9,8 +9,33 @@ use crate::error::{Error, Result};
 use crate::id::SessionId;
 use crate::outcome::{InterruptReason, Terminal};
 use crate::registry::Registry;
-use crate::session::messages::{AwaitIdle, Interrupt, Resume, Wake};
+use crate::session::messages::{AwaitIdle, Interrupt, Resume, Retry, Wake};
 use crate::session::{Environment, SessionActor};
+
+/// A turn started without waiting for it ([`Execution::start_resume`],
+/// [`Execution::start_retry`]): await [`TurnHandle::outcome`] for how it ends. Dropping it
+/// leaves the turn running.
+#[derive(Debug)]
+pub struct TurnHandle {
+    session_id: SessionId,
+    outcome: oneshot::Receiver<Result<Terminal>>,
+}
+
+impl TurnHandle {
+    /// The session the turn belongs to.
+    pub fn session_id(&self) -> &SessionId {
+        &self.session_id
+    }
+
+    /// How the turn ended.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`] when the runtime stopped before the turn ended (a shutdown keeps
+    /// its claim for the next boot); [`Error::Store`] when its terminal could not be recorded.
+    pub async fn outcome(self) -> Result<Terminal> {
+        self.outcome.await.unwrap_or(Err(Error::ShuttingDown))
+    }
+}
 
 /// Starts, wakes, interrupts and awaits the turns of sessions. Cheap to clone.
 ///
@@ -57,27 +82,67 @@ impl Execution {
     /// [`Error::NotFound`] for an unknown session, [`Error::ShuttingDown`] while shutting down,
     /// [`Error::Store`] when the turn's terminal could not be recorded.
     pub async fn resume(&self, id: &SessionId) -> Result<Terminal> {
-        let outcome = self.start_resume(id).await?;
-        outcome.await.unwrap_or(Err(Error::ShuttingDown))
+        self.start_resume(id).await?.outcome().await
     }
 
-    /// Registers a forced turn (or joins the running one) and returns at once with a receiver
-    /// for its outcome: the session is in [`Execution::active`] when this returns.
-    pub(crate) async fn start_resume(
-        &self,
-        id: &SessionId,
-    ) -> Result<oneshot::Receiver<Result<Terminal>>> {
-        self.deliver(id, || {
-            let (reply, outcome) = oneshot::channel();
-            (
-                Resume {
-                    reply,
-                    recovery: None,
-                },
-                outcome,
-            )
+    /// Starts a forced turn (or joins the running one) without waiting for it: returns once the
+    /// session's actor took it (the session is in [`Execution::active`]), with a handle that
+    /// awaits how the turn ends. Dropping the handle leaves the turn running.
+    ///
+    /// # Errors
+    /// [`Error::ShuttingDown`] while shutting down.
+    pub async fn start_resume(&self, id: &SessionId) -> Result<TurnHandle> {
+        let outcome = self
+            .deliver(id, || {
+                let (reply, outcome) = oneshot::channel();
+                (
+                    Resume {
+                        reply,
+                        recovery: None,
+                    },
+                    outcome,
+                )
+            })
+            .await?;
+        Ok(TurnHandle {
+            session_id: id.clone(),
+            outcome,
         })
-        .await
+    }
+
+    /// Runs the next attempt of the session's last turn, which ended `failed` (or `aborted`),
+    /// and returns how it ended (see [`Execution::start_retry`]).
+    ///
+    /// # Errors
+    /// Those of [`Execution::start_retry`]; [`Error::Store`] when the turn's terminal could not
+    /// be recorded.
+    pub async fn retry(&self, id: &SessionId) -> Result<Terminal> {
+        self.start_retry(id).await?.outcome().await
+    }
+
+    /// Starts the next attempt of the session's last turn, which ended `failed` (or `aborted`:
+    /// a dead letter becomes re-runnable): same turn id, its completed steps replay, its failed
+    /// ones run again, and `Turn::resumption` names the inputs it had promoted. Returns once
+    /// the attempt's claim committed, with a handle that awaits how it ends.
+    ///
+    /// # Errors
+    /// [`Error::NotRetryable`] (nothing written) when a turn is in flight, none has run, or the
+    /// last one succeeded or was interrupted; [`Error::NotFound`] for an unknown session;
+    /// [`Error::Fenced`] when another node owns the session; [`Error::Store`] when the claim
+    /// could not be written; [`Error::ShuttingDown`] while shutting down.
+    pub async fn start_retry(&self, id: &SessionId) -> Result<TurnHandle> {
+        let (started, outcome) = self
+            .deliver(id, || {
+                let (started, claimed) = oneshot::channel();
+                let (reply, outcome) = oneshot::channel();
+                (Retry { started, reply }, (claimed, outcome))
+            })
+            .await?;
+        started.await.unwrap_or(Err(Error::ShuttingDown))?;
+        Ok(TurnHandle {
+            session_id: id.clone(),
+            outcome,
+        })
     }
 
     /// An advisory wake: starts a drain if idle, or rings the running turn's doorbell. Returns

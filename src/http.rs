@@ -42,6 +42,7 @@
 //! | `POST /sessions/{id}/prompt` | `{id?, text, delivery?: "steer"\|"queue", resume?: bool}` (or `prompt` instead of `text`) | 202 the [`Admission`], 404, 409 |
 //! | `POST /sessions/{id}/interrupt` | | 200 `{"interrupted": bool}`, 404 |
 //! | `POST /sessions/{id}/resume` | | 200 how the turn ended: a [`Terminal`] such as `{"type": "succeeded"}` |
+//! | `POST /sessions/{id}/retry` | | 200 how the next attempt of the last turn, which failed, ended; 409 `not_retryable` (with why) otherwise |
 //! | `GET /sessions/{id}/messages` | `?limit=&order=asc\|desc&cursor=<message id>&direction=previous\|next` | 200 `[Message]` |
 //! | `GET /sessions/{id}/messages/{message_id}` | | 200 [`Message`], 404 |
 //! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID`, `?ticket=` | `text/event-stream` |
@@ -383,6 +384,7 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
             .service(guarded("/sessions/{id}/prompt").route(web::post().to(sessions::prompt)))
             .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))
             .service(guarded("/sessions/{id}/resume").route(web::post().to(sessions::resume)))
+            .service(guarded("/sessions/{id}/retry").route(web::post().to(sessions::retry)))
             .service(guarded("/sessions/{id}/messages").route(get_or_head().to(sessions::messages)))
             .service(
                 guarded("/sessions/{id}/messages/{message_id}")

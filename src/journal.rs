@@ -20,6 +20,7 @@
 mod backend;
 mod columns;
 pub(crate) mod inspect;
+pub(crate) mod ledger;
 mod listing;
 mod loads;
 mod nodes;
@@ -33,6 +34,7 @@ mod retention;
 pub(crate) mod rules;
 mod sessions;
 pub(crate) mod sqlite;
+mod steps;
 mod turn_write;
 mod turns;
 

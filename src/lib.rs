@@ -213,17 +213,18 @@ mod runner;
 mod runtime;
 mod service;
 mod session;
+mod step;
 pub mod testing;
 mod thread_caches;
 mod turn;
 
 pub use config::{RetainEvents, RuntimeConfig, Synchronous};
-pub use error::{DatabaseError, Error, Result, StoreError, Unavailable};
+pub use error::{DatabaseError, Error, NotRetryable, Result, StoreError, Unavailable};
 pub use event::{
     kind, EventRecord, LiveEvent, SessionEvent, ABORTED_MESSAGE, RESTART_NOTICE_DESCRIPTION,
     RESTART_NOTICE_TEXT,
 };
-pub use execution::Execution;
+pub use execution::{Execution, TurnHandle};
 pub use id::{InvalidId, MessageId, SessionId, MAX_ID_BYTES};
 pub use journal::{ClaimStats, PersistenceStats};
 pub use outcome::{InterruptReason, ProviderErrorKind, RunError, SessionError, Terminal};
@@ -239,7 +240,8 @@ pub use service::{
     CreateSession, Creation, PromptInput, SessionEvents, SessionStream, Sessions, StreamItem,
     MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES,
 };
-pub use turn::{Turn, TurnCause};
+pub use step::{StepContext, StepRecord, StepStatus};
+pub use turn::{Turn, TurnCause, MAX_STEP_RESULT_BYTES};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

@@ -259,6 +259,13 @@ pub struct Resumption {
     /// when the killed process had not started the turn (an acknowledged prompt whose wake was
     /// lost): the prompt is then still pending, to be promoted as usual.
     pub inputs: Vec<Admission>,
+    /// The turn's id ([`crate::Turn::id`]): the seq that first claimed it.
+    pub turn: u64,
+    /// The turn's *ambiguous* steps: their intent is recorded and their outcome is not (the
+    /// process died, or the store failed, inside their body). Running one again is allowed
+    /// ([`crate::Turn::step`], told by `StepContext::previous_attempts`) or refused
+    /// ([`crate::Turn::step_once`]).
+    pub steps: Vec<crate::step::StepRecord>,
 }
 
 /// What `Sessions::reproject` rebuilt.

@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -30,6 +30,7 @@ use self::messages::Passivate;
 use crate::crash;
 use crate::error::{Error, StoreError};
 use crate::id::SessionId;
+use crate::journal::ledger::Ledger;
 use crate::journal::Journal;
 use crate::outcome::{Exit, RunError, Terminal};
 use crate::records::Resumption;
@@ -142,6 +143,7 @@ impl Tokens for ActorTokens {
     type Run = oneshot::Sender<Result<Terminal, Error>>;
     type Idle = oneshot::Sender<()>;
     type Interrupt = oneshot::Sender<bool>;
+    type Turn = Option<Arc<Mutex<Ledger>>>;
 }
 
 type SettleError = Arc<StoreError>;
@@ -179,6 +181,8 @@ struct Running {
     /// Set while handling a `Resume` of the restart sweep, which already committed the turn's
     /// claim: a turn it starts skips its own claim write, and its first drain is a recovery.
     recovery: Option<Arc<Resumption>>,
+    /// The claim `recovery` names is a retry's ([`crate::Sessions::retry`]), not the sweep's.
+    retry: bool,
     /// The turn's claim failed to commit: the turn never started, so nothing is recorded for
     /// its end, and its callers get this error.
     claim_failed: Option<SettleError>,
@@ -312,12 +316,28 @@ impl SessionActor {
         wake_seq: Option<u64>,
         ctx: &mut Context<Self>,
     ) {
-        let (recovery, committed) = self
+        let (recovery, committed, retry) = self
             .running
             .take()
-            .map_or((None, None), |r| (r.recovery, r.committed));
+            .map_or((None, None, false), |r| (r.recovery, r.committed, r.retry));
         let committed = committed.or(recovery.as_ref().map(|r| r.notice_seq));
+        // The turn's ledger: kept by its execution across drains; a resumed or retried turn's
+        // is read from the store before its drain runs.
+        let kept = self.coordinator.memory().and_then(|m| m.clone());
+        let shared = |ledger| Arc::new(Mutex::new(ledger));
+        let (ledger, load) = match (&recovery, kept) {
+            (Some(resumption), _) => (
+                shared(Ledger::fresh(resumption.turn)),
+                Some(resumption.turn),
+            ),
+            (None, Some(ledger)) => (ledger, None),
+            (None, None) => (shared(Ledger::fresh(committed.unwrap_or(0))), None),
+        };
+        if let Some(memory) = self.coordinator.memory() {
+            *memory = Some(ledger.clone());
+        }
         let cause = match (mode, recovery) {
+            (_, Some(resumption)) if retry => TurnCause::Retry(resumption),
             (_, Some(resumption)) => TurnCause::Recovery(resumption),
             (Mode::Run, None) => TurnCause::Resume,
             (Mode::Wake, None) => TurnCause::Wake { seq: wake_seq },
@@ -327,6 +347,7 @@ impl SessionActor {
             epoch: self.epoch(),
             committed: committed.unwrap_or(0),
             live: self.env.live.clone(),
+            ledger,
         };
         let turn = Turn::new(self.env.journal.clone(), self.id.clone(), cause, setup);
         let runner = self.env.runner.clone();
@@ -336,6 +357,10 @@ impl SessionActor {
         let future = DropSafe::new(
             AssertUnwindSafe(async move {
                 let _end = end;
+                let mut turn = turn;
+                if let Some(id) = load {
+                    turn.load_ledger(id).await?;
+                }
                 runner.drain(turn).await
             })
             .catch_unwind()

@@ -1,8 +1,14 @@
 //! [`Turn`]: what a runner's drain is given — the session, how the drain was started, methods
 //! that write through the journal, reads of the transcript (whole, after a cursor, or its
-//! tail), and live-only events, which go to the session's open streams and never to the store.
+//! tail), live-only events, which go to the session's open streams and never to the store,
+//! and durable steps (`turn::steps`).
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+mod steps;
+
+pub use self::steps::MAX_STEP_RESULT_BYTES;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
@@ -10,7 +16,9 @@ use serde_json::Value;
 use crate::error::{Error, Result, StoreError};
 use crate::event::{kind, EventRecord, LiveEvent};
 use crate::id::{MessageId, SessionId};
+use crate::journal::ledger::Ledger;
 use crate::journal::Journal;
+use crate::outcome::RunError;
 use crate::records::{Admission, Message, Resumption};
 
 /// Where a turn's live-only events go: the runtime's per-session routes to its open event
@@ -41,6 +49,10 @@ struct Shared {
     /// The first store fault a read or write of the drain met: a failed drain is then kept
     /// claimed and resumed, not recorded as the runner's failure.
     store_fault: Mutex<Option<StoreError>>,
+    /// The step names this drain called: a name called twice is refused.
+    names: Mutex<HashSet<String>>,
+    /// [`Turn::take_inputs`] handed out the resumption's inputs.
+    resumed_taken: AtomicBool,
 }
 
 /// Marks its drain's [`Turn`]s ended when dropped: the session actor keeps one inside the
@@ -82,6 +94,11 @@ pub enum TurnCause {
         /// The admission seq that woke this drain, if any.
         seq: Option<u64>,
     },
+    /// A retry of the session's last turn, which had failed (`Sessions::retry`, `POST
+    /// /sessions/{id}/retry`): the next attempt of that turn, with the same id; its completed
+    /// steps replay, its failed ones run again, and the resumption names the inputs it had
+    /// promoted.
+    Retry(Arc<Resumption>),
     /// An explicit resume (`Sessions::resume`, `POST /sessions/{id}/resume`): make at least one
     /// attempt. It resumes nothing a crash left behind and nothing a user interrupted: what it
     /// may serve is what is pending.
@@ -107,6 +124,8 @@ pub struct Turn {
     shared: Arc<Shared>,
     /// Where [`Turn::publish_live`] hands its events.
     live: Arc<dyn LiveSink>,
+    /// The turn's id, attempt and steps, shared by the drains of one execution.
+    ledger: Arc<Mutex<Ledger>>,
 }
 
 impl std::fmt::Debug for Turn {
@@ -114,6 +133,8 @@ impl std::fmt::Debug for Turn {
         f.debug_struct("Turn")
             .field("session_id", &self.session_id)
             .field("cause", &self.cause)
+            .field("id", &self.id())
+            .field("attempt", &self.attempt())
             .finish_non_exhaustive()
     }
 }
@@ -130,6 +151,8 @@ pub(crate) struct TurnSetup {
     pub(crate) committed: u64,
     /// Where live-only events go.
     pub(crate) live: Arc<dyn LiveSink>,
+    /// The turn's ledger (its id, attempt and steps), shared by the drains of its execution.
+    pub(crate) ledger: Arc<Mutex<Ledger>>,
 }
 
 impl Turn {
@@ -149,9 +172,42 @@ impl Turn {
                 state: AtomicU8::new(OPEN),
                 committed: AtomicU64::new(setup.committed),
                 store_fault: Mutex::new(None),
+                names: Mutex::new(HashSet::new()),
+                resumed_taken: AtomicBool::new(false),
             }),
             live: setup.live,
+            ledger: setup.ledger,
         }
+    }
+
+    /// Reads the ledger of turn `id` (a resumed or retried drain's) before the drain runs,
+    /// and names its ambiguous steps in the resumption.
+    pub(crate) async fn load_ledger(&mut self, id: u64) -> std::result::Result<(), RunError> {
+        let ledger = self
+            .journal
+            .turn_ledger(self.session_id.clone(), id)
+            .await
+            .map_err(|e| RunError::from(self.failed(e)))?;
+        let open = ledger.open();
+        *self.ledger() = ledger;
+        let named = |resumption: &Arc<Resumption>| {
+            let mut resumption = Resumption::clone(resumption);
+            resumption.steps = open;
+            Arc::new(resumption)
+        };
+        self.cause = match &self.cause {
+            TurnCause::Recovery(r) => TurnCause::Recovery(named(r)),
+            TurnCause::Retry(r) => TurnCause::Retry(named(r)),
+            other => other.clone(),
+        };
+        Ok(())
+    }
+
+    /// The ledger this drain shares with its execution.
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The guard that marks this drain's turns ended when it is dropped (see [`DrainEnd`]).
@@ -193,12 +249,33 @@ impl Turn {
         &self.cause
     }
 
-    /// For a turn the restart sweep resumed, what it resumes.
+    /// For a turn the restart sweep resumed, or one retried, what it resumes: the inputs the
+    /// earlier attempt promoted and did not finish, and its ambiguous steps.
     pub fn resumption(&self) -> Option<&Resumption> {
         match &self.cause {
-            TurnCause::Recovery(resumption) => Some(resumption),
+            TurnCause::Recovery(resumption) | TurnCause::Retry(resumption) => Some(resumption),
             _ => None,
         }
+    }
+
+    /// The turn's id: the seq of the event that first claimed it. The same in every drain and
+    /// every attempt of the turn (a resume after a crash or a shutdown, a retry), so it names
+    /// the turn to external systems; step keys are built from it.
+    pub fn id(&self) -> u64 {
+        self.ledger().turn
+    }
+
+    /// Which attempt of the turn this drain belongs to: 1 for the first, then one more for each
+    /// resume (after a crash, a shutdown or a store fault) and each retry. A drain of attempt 1
+    /// whose [`Turn::steps`] are empty is the turn's first.
+    pub fn attempt(&self) -> u32 {
+        self.ledger().attempt
+    }
+
+    /// The turn's steps as its ledger holds them (every attempt's), in the order they first
+    /// started.
+    pub fn steps(&self) -> Vec<crate::step::StepRecord> {
+        self.ledger().steps()
     }
 
     /// The session this turn belongs to.
@@ -235,6 +312,35 @@ impl Turn {
             self.committed(seq);
         }
         Ok(promoted)
+    }
+
+    /// The inputs this drain is to answer, promoting them: on a resumed or retried turn (the
+    /// first call of its drain) first those the earlier attempt promoted and did not finish
+    /// ([`Resumption::inputs`]); then every pending `steer` prompt, promoted now; then, when
+    /// no `queue` prompt was among them, the oldest pending `queue` prompt (one per turn: the
+    /// runtime starts the next turn for the next). Empty when there is nothing to answer.
+    ///
+    /// The simple runner is crash-correct with it alone: answer each input it returns, and a
+    /// turn killed mid-reply answers its prompt when it is resumed.
+    ///
+    /// # Errors
+    /// [`Error::Store`] when a promotion failed; [`Error::Fenced`] when another node took the
+    /// session over.
+    pub async fn take_inputs(&self) -> Result<Vec<Admission>> {
+        let mut inputs: Vec<Admission> = Vec::new();
+        if !self.shared.resumed_taken.swap(true, Ordering::AcqRel) {
+            if let Some(resumption) = self.resumption() {
+                inputs.extend(resumption.inputs.iter().cloned());
+            }
+        }
+        inputs.extend(self.promote_steer(None).await?);
+        if !inputs
+            .iter()
+            .any(|a| a.delivery == crate::records::Delivery::Queue)
+        {
+            inputs.extend(self.promote_queue().await?);
+        }
+        Ok(inputs)
     }
 
     /// Promotes only the oldest pending `queue` input (one per turn), if any.

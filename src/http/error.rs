@@ -205,6 +205,8 @@ impl From<Error> for ApiError {
             Error::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             Error::PromptConflict { .. } => (StatusCode::CONFLICT, "conflict"),
             Error::SessionBusy { .. } => (StatusCode::CONFLICT, "session_busy"),
+            Error::NotRetryable { .. } => (StatusCode::CONFLICT, "not_retryable"),
+            Error::Fenced { .. } => (StatusCode::CONFLICT, "fenced"),
             Error::EventsCompacted { .. } => (StatusCode::GONE, "events_compacted"),
             Error::InvalidInput { .. } => (StatusCode::BAD_REQUEST, "invalid_input"),
             Error::ShuttingDown | Error::Store(StoreError::Closed) => {

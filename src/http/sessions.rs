@@ -209,6 +209,17 @@ pub(super) async fn resume(
     Ok(HttpResponse::Ok().json(terminal))
 }
 
+/// `POST /sessions/{id}/retry`: how the retried turn ended (the [`crate::Terminal`] JSON); 409
+/// `not_retryable` when the last turn did not fail.
+pub(super) async fn retry(
+    req: HttpRequest,
+    state: web::Data<State>,
+) -> Result<HttpResponse, ApiError> {
+    let id = extract::session_id(&req)?;
+    let terminal = state.runtime.sessions().retry(&id).await?;
+    Ok(HttpResponse::Ok().json(terminal))
+}
+
 /// `GET /sessions/{id}/messages` query.
 #[derive(Debug, Deserialize)]
 struct MessagesParams {

@@ -247,7 +247,11 @@ pub(crate) trait Store:
         }
         self.check_fence(session, epoch)?;
         let boot = boot.to_owned();
-        self.append(session, &SessionEvent::ExecutionStarted { boot }, now)
+        self.append(
+            session,
+            &SessionEvent::ExecutionStarted { boot, turn: None },
+            now,
+        )
     }
     /// Records the terminal `event` of a turn of `session`: [`OwnershipRows::check_fence`],
     /// then, for a terminal that releases the claim, [`Store::settle`] (decided while the claim

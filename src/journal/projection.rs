@@ -46,7 +46,10 @@ pub(crate) fn apply(
             }
             rows.insert_session(info)
         }
-        SessionEvent::ExecutionStarted { boot } => claim(rows, session, time, seq, boot).map(drop),
+        // A retry's claim is taken at the seq of the turn it is the next attempt of.
+        SessionEvent::ExecutionStarted { boot, turn } => {
+            claim(rows, session, time, turn.unwrap_or(seq), boot).map(drop)
+        }
         terminal if terminal.releases_claim() => {
             if matches!(terminal, SessionEvent::ExecutionInterrupted { .. }) {
                 // The prompts this turn promoted were interrupted with it.

@@ -109,7 +109,10 @@ impl Journal {
         self.inner
             .persistence
             .write_alone(move |w| {
-                let started = SessionEvent::ExecutionStarted { boot: boot.clone() };
+                let started = SessionEvent::ExecutionStarted {
+                    boot: boot.clone(),
+                    turn: None,
+                };
                 let mut swept = Vec::with_capacity(chunk.len());
                 for unfinished in chunk.iter().cloned() {
                     swept.extend(sweep_one(w, unfinished, max, &boot, &started)?);
@@ -171,7 +174,10 @@ impl Journal {
                 let Some(attempts) = w.store().count_own_resume(&session, &boot, held)? else {
                     return Ok(Vec::new());
                 };
-                let started = SessionEvent::ExecutionStarted { boot: boot.clone() };
+                let started = SessionEvent::ExecutionStarted {
+                    boot: boot.clone(),
+                    turn: None,
+                };
                 let orphan = Unfinished::Claimed(session.clone(), attempts);
                 sweep_one(w, orphan, max, &boot, &started)
             })
@@ -200,7 +206,7 @@ fn sweep_one(
     boot: &str,
     started: &SessionEvent,
 ) -> Result<Vec<Swept>, StoreError> {
-    let (id, attempts, inputs) = match orphan {
+    let (id, attempts, inputs, claim) = match orphan {
         Unfinished::Claimed(id, attempts) => {
             let Some(ClaimedTurn { claim, fence }) = w.store().claimed_turn(&id, boot)? else {
                 return Ok(Vec::new());
@@ -221,12 +227,17 @@ fn sweep_one(
                 swept.extend(adopt(w, &id, max, started)?);
                 return Ok(swept);
             }
-            (id, attempts, inputs)
+            (id, attempts, inputs, claim)
         }
         Unfinished::Owed(id) => return Ok(adopt(w, &id, max, started)?.into_iter().collect()),
     };
     Ok(vec![resume_or_abort(
-        w, id, attempts, max, inputs, started,
+        w,
+        id,
+        attempts,
+        max,
+        (inputs, claim),
+        started,
     )?])
 }
 
@@ -249,19 +260,20 @@ fn adopt(
         id.clone(),
         attempts,
         max,
-        Vec::new(),
+        (Vec::new(), None),
         started,
     )?))
 }
 
 /// Records `failed{aborted}` for a turn over `max` attempts; otherwise publishes the restart
-/// notice and the turn's claim, and returns what the resumed turn is to serve.
+/// notice and the turn's claim, and returns what the resumed turn is to serve: `inputs`, and
+/// the turn first claimed at `claim` (`None`: this claim starts it).
 fn resume_or_abort(
     w: &mut WriteCtx<'_>,
     id: SessionId,
     attempts: u32,
     max: u32,
-    inputs: Vec<crate::records::Admission>,
+    (inputs, claim): (Vec<crate::records::Admission>, Option<u64>),
     started: &SessionEvent,
 ) -> Result<Swept, StoreError> {
     if attempts > max {
@@ -271,12 +283,14 @@ fn resume_or_abort(
         return Ok(Swept::Terminalized(id));
     }
     let notice_seq = w.append(&id, &SessionEvent::restart_notice(&id))?.seq;
-    w.append(&id, started)?;
+    let claimed = w.append(&id, started)?.seq;
     let resumption = Resumption {
         attempt: attempts,
         max_attempts: max,
         notice_seq,
         inputs,
+        turn: claim.unwrap_or(claimed),
+        steps: Vec::new(),
     };
     Ok(Swept::Resumed(id, Arc::new(resumption)))
 }

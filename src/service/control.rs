@@ -95,6 +95,71 @@ impl Sessions {
         self.execution().resume(session_id).await
     }
 
+    /// Runs the next attempt of the session's last turn, which ended `failed` (or `aborted`),
+    /// and returns how it ended: the same turn ([`crate::Turn::id`]), its completed steps
+    /// replayed, its failed ones run again, `Turn::resumption` naming the inputs it had
+    /// promoted. To start it without waiting, see [`Execution::start_retry`].
+    ///
+    /// # Errors
+    /// [`Error::NotRetryable`] (nothing written) when a turn is in flight, none has run, or the
+    /// last one succeeded or was interrupted; [`Error::NotFound`] when the session is not
+    /// stored; [`Error::ShuttingDown`] while shutting down; [`Error::Store`] when a write fails.
+    pub async fn retry(&self, session_id: &SessionId) -> Result<Terminal> {
+        self.require(session_id).await?;
+        self.execution().retry(session_id).await
+    }
+
+    /// Waits for the turn that serves the admitted prompt `admission` and returns how it
+    /// ended: the first turn terminal that releases the claim after the prompt's
+    /// `session.prompt.promoted` (a shutdown's keeps the claim, so the resumed turn's counts).
+    /// A prompt an interrupt request stopped before it was promoted is never served: that
+    /// answers `interrupted{user}`. Read from the session's log, so it works for a prompt
+    /// already served, on any node.
+    ///
+    /// A prompt admitted without `resume` waits for a turn something else starts.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the session is not stored; [`Error::EventsCompacted`] when
+    /// retention removed the events after the admission; [`Error::ShuttingDown`] when the
+    /// runtime stops first; [`Error::Store`] when a read fails.
+    pub async fn await_served(&self, admission: &crate::Admission) -> Result<Terminal> {
+        use crate::event::{kind, SessionEvent};
+        let mut events = self
+            .events(&admission.session_id, Some(admission.admitted_seq))
+            .await?;
+        let mut promoted = admission.promoted_seq.is_some();
+        let after = admission.promoted_seq.unwrap_or(admission.admitted_seq);
+        while let Some(event) = events.next().await {
+            let event = event?;
+            match event.kind.as_str() {
+                kind::PROMPT_PROMOTED
+                    if event.data.get("messageID").and_then(Value::as_str)
+                        == Some(admission.id.as_str()) =>
+                {
+                    promoted = true;
+                }
+                kind::INTERRUPT_REQUESTED if !promoted => {
+                    return Ok(Terminal::Interrupted {
+                        reason: crate::InterruptReason::User,
+                    });
+                }
+                _ if promoted && event.seq > after => {
+                    let decoded: std::result::Result<SessionEvent, _> = serde_json::from_value(
+                        serde_json::json!({ "type": event.kind, "data": event.data }),
+                    );
+                    match decoded {
+                        Ok(ended) if ended.releases_claim() => {
+                            return Ok(terminal_of(ended));
+                        }
+                        _ => {}
+                    }
+                }
+                _ => {}
+            }
+        }
+        Err(Error::ShuttingDown)
+    }
+
     /// Resolves once no turn of the session runs in this process (through successor turns);
     /// at once when idle. Never starts work.
     ///
@@ -120,5 +185,15 @@ impl Sessions {
         event.ok_or_else(|| Error::NotFound {
             session_id: session_id.clone(),
         })
+    }
+}
+
+/// The [`Terminal`] a terminal event records.
+fn terminal_of(event: crate::event::SessionEvent) -> Terminal {
+    use crate::event::SessionEvent;
+    match event {
+        SessionEvent::ExecutionFailed { error } => Terminal::Failed { error },
+        SessionEvent::ExecutionInterrupted { reason } => Terminal::Interrupted { reason },
+        _ => Terminal::Succeeded,
     }
 }

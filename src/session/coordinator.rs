@@ -61,6 +61,8 @@ struct TurnState<T: Tokens> {
     /// The drain failed because the store was unavailable: the shell resumes the turn in place
     /// once the store answers, instead of recording the failure (see [`Coordinator::healing`]).
     healing: bool,
+    /// What the shell keeps for this execution ([`Tokens::Turn`]).
+    memory: T::Turn,
 }
 
 /// The per-session coordinator. `E` is the error type of the settle hook.
@@ -117,6 +119,11 @@ impl<T: Tokens, E> Coordinator<T, E> {
     /// The phase of the current execution, if any.
     pub fn phase(&self) -> Option<Phase> {
         self.execution.as_ref().map(|e| e.phase)
+    }
+
+    /// What the shell keeps for the current execution, if one exists.
+    pub fn memory(&mut self) -> Option<&mut T::Turn> {
+        self.execution.as_mut().map(|e| &mut e.memory)
     }
 
     /// Whether nothing runs and nobody waits: the shell may passivate.
@@ -183,6 +190,7 @@ impl<T: Tokens, E> Coordinator<T, E> {
             interrupters: Vec::new(),
             terminal: None,
             healing: false,
+            memory: T::Turn::default(),
         }));
         Effect::Start { execution: id }
     }

@@ -6,7 +6,9 @@ use std::sync::atomic::Ordering;
 
 use actix::prelude::*;
 
-use super::messages::{AwaitIdle, Close, Fence, Heal, Interrupt, Resume, SessionDeleted, Wake};
+use super::messages::{
+    AwaitIdle, Close, Fence, Heal, Interrupt, Resume, Retry, SessionDeleted, Wake,
+};
 use super::{Forget, Held, SessionActor};
 use crate::error::{Error, StoreError};
 use crate::journal::{Loaded, Nudge, Ownership};
@@ -190,6 +192,76 @@ impl SessionActor {
                 self.running = None;
             }
         }
+    }
+}
+
+impl Handler<Retry> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Retry, ctx: &mut Self::Context) {
+        self.when_loaded(ctx, move |act, ctx| act.retry(msg, ctx));
+    }
+}
+
+impl SessionActor {
+    /// Commits the retry's claim (the mailbox held meanwhile, so nothing starts a turn beside
+    /// it), then drains the turn as a retry.
+    fn retry(&mut self, msg: Retry, ctx: &mut Context<Self>) {
+        let refuse = |why| Error::NotRetryable {
+            session_id: self.id.clone(),
+            why,
+        };
+        let refusal = match self.held {
+            Held::Mine if self.coordinator.is_active() => {
+                Some(refuse(crate::error::NotRetryable::TurnInFlight))
+            }
+            Held::Mine => None,
+            Held::Elsewhere => Some(Error::Fenced {
+                session_id: self.id.clone(),
+            }),
+            Held::Unknown => Some(Error::NotFound {
+                session_id: self.id.clone(),
+            }),
+        };
+        if let Some(error) = refusal {
+            let _ = msg.started.send(Err(error));
+            return;
+        }
+        let journal = self.env.journal.clone();
+        let (id, boot, epoch) = (self.id.clone(), self.env.claimant(), self.epoch());
+        let max = self.env.max_resume_attempts;
+        let claim = async move { journal.retry_turn(id, boot, epoch, max).await };
+        ctx.wait(claim.into_actor(self).map(move |retried, act, ctx| {
+            let resumption = match retried {
+                Ok(Ok(resumption)) => resumption,
+                Ok(Err(why)) => {
+                    let _ = msg.started.send(Err(Error::NotRetryable {
+                        session_id: act.id.clone(),
+                        why,
+                    }));
+                    return;
+                }
+                Err(e) => {
+                    act.fenced |= matches!(e, StoreError::Fenced { .. });
+                    let _ = msg.started.send(Err(e.into()));
+                    return;
+                }
+            };
+            let _ = msg.started.send(Ok(()));
+            let running = act.running.get_or_insert_with(Box::default);
+            running.committed = Some(resumption.notice_seq);
+            running.recovery = Some(resumption);
+            running.retry = true;
+            let effects = act.coordinator.run(msg.reply);
+            act.apply(effects, ctx);
+            if let Some(running) = act.running.as_mut() {
+                running.recovery = None;
+                running.retry = false;
+                if running.drain.is_none() {
+                    act.running = None;
+                }
+            }
+        }));
     }
 }
 

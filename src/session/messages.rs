@@ -31,6 +31,17 @@ pub(crate) struct Resume {
     pub(crate) recovery: Option<std::sync::Arc<crate::records::Resumption>>,
 }
 
+/// Run the next attempt of the session's last turn, which failed (`Sessions::retry`): when no
+/// turn runs, its claim is committed, then the turn drains as a retry.
+#[derive(Debug, Message)]
+#[rtype(result = "()")]
+pub(crate) struct Retry {
+    /// Told once the retry's claim committed, or why there is none.
+    pub(crate) started: oneshot::Sender<Result<(), Error>>,
+    /// Receives how the retried turn ended.
+    pub(crate) reply: oneshot::Sender<Result<Terminal, Error>>,
+}
+
 /// The healer found a claim of this process on the session with no live turn: unless a turn
 /// runs, start one that heals it (see `session::heal`).
 #[derive(Debug, Message)]

@@ -103,7 +103,8 @@ impl EventRows for PgConn {
         event: &SessionEvent,
         time: i64,
     ) -> Result<Option<EventRecord>, StoreError> {
-        let SessionEvent::ExecutionStarted { boot } = event else {
+        // A retry's claim (`turn` set) keeps its turn's seq: the statements run one by one.
+        let SessionEvent::ExecutionStarted { boot, turn: None } = event else {
             return Ok(None);
         };
         turn::started(self, session, None, boot, time)?

@@ -59,7 +59,10 @@ pub(super) fn turn_scenario(store: &mut dyn Store) -> Vec<String> {
     );
     log("shutdown u state", outcome(store.claim_state(&u)));
     // The restart sweep's claim: a plain append of `session.execution.started`.
-    let resumed = SessionEvent::ExecutionStarted { boot: "b9".into() };
+    let resumed = SessionEvent::ExecutionStarted {
+        boot: "b9".into(),
+        turn: None,
+    };
     log("sweep claim u", outcome(store.append(&u, &resumed, 99)));
     log("sweep claim u state", outcome(store.claim_state(&u)));
     log("sweep claim u seq", outcome(store.claim_seq(&u)));

@@ -77,7 +77,10 @@ fn turn_functions_are_fenced_and_write_nothing_when_fenced() -> Result<(), Store
     assert_eq!(rows, [("a".to_owned(), 1), ("a".to_owned(), 1)]);
     assert!(a.appended.ends_with(&[(s.clone(), 1), (s.clone(), 2)]));
     // A terminal that is not one is refused before anything is written.
-    let started = SessionEvent::ExecutionStarted { boot: "x".into() };
+    let started = SessionEvent::ExecutionStarted {
+        boot: "x".into(),
+        turn: None,
+    };
     assert!(matches!(
         a.settle_turn(&s, 1, &started, 6),
         Err(StoreError::Inconsistent(_))

@@ -64,7 +64,10 @@ impl<'a> Arrays<'a> {
         for turn in turns {
             let (event, boot) = match &turn.kind {
                 TurnWriteKind::Claim { boot } => (
-                    SessionEvent::ExecutionStarted { boot: boot.clone() },
+                    SessionEvent::ExecutionStarted {
+                        boot: boot.clone(),
+                        turn: None,
+                    },
                     Some(boot.as_str()),
                 ),
                 TurnWriteKind::Settle { terminal } => (SessionEvent::terminal(terminal), None),
@@ -251,6 +254,7 @@ fn started_record(
 ) -> Result<EventRecord, StoreError> {
     let started = SessionEvent::ExecutionStarted {
         boot: boot.to_owned(),
+        turn: None,
     };
     let data = started.data()?;
     Ok(event::appended(
@@ -275,6 +279,7 @@ pub(super) fn started(
 ) -> Result<Option<EventRecord>, StoreError> {
     let started = SessionEvent::ExecutionStarted {
         boot: boot.to_owned(),
+        turn: None,
     };
     let text = json_text(&started.data()?)?;
     let node = conn.node_arc();

@@ -26,6 +26,9 @@ pub trait Tokens {
     type Idle;
     /// An `interrupt` caller waiting for cleanup to finish.
     type Interrupt;
+    /// What the shell keeps for one execution, from its start to its settle (the actor: the
+    /// turn's ledger, which its drains share).
+    type Turn: Default;
 }
 
 /// What a `run` caller receives: the terminal of the execution it joined, or the error of that

@@ -14,6 +14,7 @@ impl Tokens for SimTokens {
     type Run = u32;
     type Idle = u32;
     type Interrupt = u32;
+    type Turn = ();
 }
 
 pub(crate) type Fx = Effect<SimTokens, String>;
