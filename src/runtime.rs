@@ -46,6 +46,8 @@ struct Inner {
     supervisor: Addr<Supervisor>,
     /// The threads session actors run on.
     arbiters: Vec<Arbiter>,
+    /// What the restart sweep of `start` did (unset when it was disabled).
+    start_sweep: std::sync::OnceLock<SweepReport>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -105,6 +107,13 @@ impl Runtime {
     /// losing its lease).
     pub fn node_id(&self) -> String {
         self.inner.env.claimant()
+    }
+
+    /// What the restart sweep run by [`RuntimeBuilder::start`] did: the turns an earlier process
+    /// left that it resumed, terminalized or recorded interrupted. `None` when the sweep on
+    /// start was disabled.
+    pub fn start_sweep(&self) -> Option<&SweepReport> {
+        self.inner.start_sweep.get()
     }
 
     /// The restart sweep, which `start` runs unless [`RuntimeBuilder::sweep_on_start`] is off:

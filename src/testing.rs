@@ -307,3 +307,80 @@ pub fn events_of_kind(
 pub fn seed_claim(path: &Path, session: &SessionId, attempts: u32) -> Result<(), StoreError> {
     inspect::seed_claim(path, session, attempts)
 }
+
+/// A turn a process claimed and died in the middle of, as [`seed_crashed_turn`] writes it:
+/// what it had done, in order. The next runtime's restart sweep resumes it (a restart notice
+/// and a claim), and its drain's [`crate::Turn::resumption`] names the inputs it promoted and
+/// the steps it left ambiguous.
+///
+/// ```no_run
+/// # use durable_sessions::{testing::{self, CrashedTurn}, SessionId, MessageId};
+/// # fn seed(path: &std::path::Path, session: &SessionId) -> Result<(), Box<dyn std::error::Error>> {
+/// let crashed = CrashedTurn::new()
+///     .promoted(MessageId::new("p1")?, serde_json::json!({ "text": "pay the invoice" }))
+///     .completed_step("lookup", serde_json::json!({ "amount": 42 }))
+///     .started_step("pay"); // the process died inside the payment
+/// let turn = testing::seed_crashed_turn(path, session, &crashed)?;
+/// # let _ = turn; Ok(()) }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct CrashedTurn {
+    done: Vec<inspect::Seeded>,
+}
+
+impl CrashedTurn {
+    /// A turn that had done nothing yet beyond its claim.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// It promoted prompt `id` (admitted as a `steer` prompt just before the turn claimed).
+    pub fn promoted(mut self, id: crate::id::MessageId, prompt: serde_json::Value) -> Self {
+        self.done.push(inspect::Seeded::Promoted(id, prompt));
+        self
+    }
+
+    /// It appended a message of `kind` (such as `assistant`).
+    pub fn message(mut self, kind: &str, data: serde_json::Value) -> Self {
+        self.done
+            .push(inspect::Seeded::Message(kind.to_owned(), data));
+        self
+    }
+
+    /// It ran step `name` to the value `result`.
+    pub fn completed_step(mut self, name: &str, result: serde_json::Value) -> Self {
+        self.done
+            .push(inspect::Seeded::Step(name.to_owned(), Some(Ok(result))));
+        self
+    }
+
+    /// It ran step `name` to a failure with `message`.
+    pub fn failed_step(mut self, name: &str, message: &str) -> Self {
+        self.done.push(inspect::Seeded::Step(
+            name.to_owned(),
+            Some(Err(message.to_owned())),
+        ));
+        self
+    }
+
+    /// It recorded step `name`'s intent and died in its body: the step is ambiguous.
+    pub fn started_step(mut self, name: &str) -> Self {
+        self.done.push(inspect::Seeded::Step(name.to_owned(), None));
+        self
+    }
+}
+
+/// Writes `turn` into the database at `path` as a process that claimed a turn of `session`
+/// (a boot named `seeded`) and died would have left it, in one transaction, and returns the
+/// turn's id ([`crate::Turn::id`]). Seed while no runtime runs on the database; the next
+/// runtime's start resumes it. On PostgreSQL the session is left owned by no node.
+///
+/// # Errors
+/// When the database cannot be written, the session is missing, or it holds a claim already.
+pub fn seed_crashed_turn(
+    path: &Path,
+    session: &SessionId,
+    turn: &CrashedTurn,
+) -> Result<u64, StoreError> {
+    inspect::seed_crashed_turn(path, session, turn.done.clone())
+}

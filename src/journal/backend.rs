@@ -139,6 +139,18 @@ pub(crate) trait Store:
         self.project(&record)?;
         Ok(record)
     }
+    /// Records a step of the turn running under `epoch` (its intent or its outcome): a turn
+    /// write, fenced like every other, so a node the session was taken from records nothing.
+    fn record_step(
+        &mut self,
+        session: &SessionId,
+        step: &SessionEvent,
+        epoch: u64,
+        now: i64,
+    ) -> Result<EventRecord, StoreError> {
+        self.check_fence(session, epoch)?;
+        self.append(session, step, now)
+    }
     /// Runs the projection of a stored event again (the rebuild of the inbox and transcript).
     fn project(&mut self, event: &EventRecord) -> Result<(), StoreError> {
         projection::project(self, event)

@@ -83,6 +83,118 @@ pub(crate) fn seed_claim(
     Ok(())
 }
 
+/// One thing a seeded turn did before its process died ([`seed_crashed_turn`]).
+#[derive(Debug, Clone)]
+pub(crate) enum Seeded {
+    /// Promoted prompt `id` (admitted as `steer` before the turn claimed).
+    Promoted(crate::id::MessageId, serde_json::Value),
+    /// Appended a message of this kind.
+    Message(String, serde_json::Value),
+    /// Ran a step to this outcome (`Ok`: its value, `Err`: its error), or only recorded its
+    /// intent (`None`: the process died in its body).
+    Step(String, Option<Result<serde_json::Value, String>>),
+}
+
+/// Writes, in one transaction, a turn of `session` that a process claimed and died in after
+/// doing `done`; returns the turn's id. On PostgreSQL the session is left owned by no node.
+pub(crate) fn seed_crashed_turn(
+    path: &Path,
+    session: &SessionId,
+    done: Vec<Seeded>,
+) -> Result<u64, StoreError> {
+    #[cfg(feature = "postgres")]
+    if let Some(url) = postgres_url(path) {
+        let session = session.clone();
+        return on_postgres(url, move |store| {
+            store.execute("BEGIN", &[])?;
+            let turn = seed_turn(store, &session, &done)?;
+            store.execute(
+                "UPDATE session SET owner_node = NULL WHERE id = $1",
+                &[&session.as_str()],
+            )?;
+            store.execute("COMMIT", &[])?;
+            Ok(turn)
+        });
+    }
+    let conn = open(path)?;
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let turn = seed_turn(&mut store::SqliteStore::new(&conn), session, &done)?;
+    conn.execute_batch("COMMIT")?;
+    Ok(turn)
+}
+
+/// The statements of [`seed_crashed_turn`], written once for both engines.
+fn seed_turn(
+    store: &mut (impl super::backend::Store + ?Sized),
+    session: &SessionId,
+    done: &[Seeded],
+) -> Result<u64, StoreError> {
+    use crate::event::SessionEvent;
+    use crate::outcome::SessionError;
+    let now = super::now_ms();
+    if store.claim_seq(session)?.is_some() {
+        return Err(StoreError::Conflict(format!("{session} holds a claim")));
+    }
+    let mut admitted = std::collections::HashMap::new();
+    for seeded in done {
+        if let Seeded::Promoted(id, prompt) = seeded {
+            let (admission, _) = super::backend::admit_new(
+                store,
+                session,
+                id,
+                prompt,
+                crate::records::Delivery::Steer,
+                now,
+            )?;
+            admitted.insert(id.clone(), admission.admitted_seq);
+        }
+    }
+    let started = SessionEvent::ExecutionStarted {
+        boot: "seeded".into(),
+        turn: None,
+    };
+    let turn = store.append(session, &started, now)?.seq;
+    let attempt = 1;
+    for seeded in done {
+        match seeded {
+            Seeded::Promoted(id, _) => {
+                store.promote_steer(session, admitted.get(id).copied(), now)?;
+            }
+            Seeded::Message(kind, data) => {
+                let id = crate::id::MessageId::generate();
+                store.append_message(session, &id, kind, data, now)?;
+            }
+            Seeded::Step(step, outcome) => {
+                let key = crate::step::step_key(session.as_str(), turn, step);
+                let intent = SessionEvent::StepStarted {
+                    turn,
+                    step: step.clone(),
+                    attempt,
+                    key,
+                };
+                store.append(session, &intent, now)?;
+                let outcome = match outcome {
+                    None => continue,
+                    Some(Ok(result)) => SessionEvent::StepCompleted {
+                        turn,
+                        step: step.clone(),
+                        attempt,
+                        result: result.clone(),
+                    },
+                    Some(Err(message)) => SessionEvent::StepFailed {
+                        turn,
+                        step: step.clone(),
+                        attempt,
+                        error: SessionError::new("step", message.clone()),
+                    },
+                };
+                store.append(session, &outcome, now)?;
+            }
+        }
+    }
+    Ok(turn)
+}
+
 /// The URL when `path` names a PostgreSQL database.
 #[cfg(feature = "postgres")]
 fn postgres_url(path: &Path) -> Option<String> {

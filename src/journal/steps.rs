@@ -31,8 +31,11 @@ impl Journal {
         self.inner
             .persistence
             .write(move |w| {
-                w.store().check_fence(&session, epoch)?;
-                let seq = w.append(&session, &event)?.seq;
+                let record = w
+                    .store()
+                    .record_step(&session, &event, epoch, super::now_ms())?;
+                let seq = record.seq;
+                w.record(record);
                 if outcome {
                     crate::crash::point(crate::crash::DURING_STEP_OUTCOME);
                 }

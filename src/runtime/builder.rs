@@ -242,6 +242,7 @@ impl RuntimeBuilder {
                 owner: Mutex::new(owner),
                 supervisor,
                 arbiters,
+                start_sweep: std::sync::OnceLock::new(),
             }),
         };
         if runtime.inner.config.sweep_on_start {
@@ -254,6 +255,7 @@ impl RuntimeBuilder {
                 report.interrupted.len(),
                 report.children_released
             );
+            let _ = runtime.inner.start_sweep.set(report);
         }
         // Only now (PostgreSQL): the node's loop takes over dead nodes' turns on its own, and
         // its first takeover (the listener's first rescan) must not run beside the start-up

@@ -7,7 +7,7 @@ use super::conn::{conflict_on_constraint, PgConn};
 use super::tests::{config, pg_conn, pg_db, sql};
 use super::PgWriter;
 use crate::error::StoreError;
-use crate::event::kind;
+use crate::event::{kind, SessionEvent};
 use crate::journal::backend::{ClaimRows, EventRows, InputRows, OwnershipRows};
 use crate::journal::backend::{Nudge, Ownership, Route, Store, WriterConnection};
 use crate::journal::sqlite::test_support::{info, mid, sid};
@@ -366,5 +366,57 @@ fn release_child_claims_spares_live_nodes_turns() -> Result<(), StoreError> {
     assert!(a
         .claim_state(&sid("child"))?
         .is_some_and(|c| c.time_suspended.is_none()));
+    Ok(())
+}
+
+/// Step records are turn writes: once another node took the session over, the old owner's
+/// step outcome is fenced and nothing of it is stored.
+#[test]
+fn a_fenced_node_cannot_record_a_step() -> Result<(), StoreError> {
+    let Some(db) = pg_db("fenced_step") else {
+        return Ok(());
+    };
+    let mut a = pg_conn(&db, "a")?;
+    let mut b = pg_conn(&db, "b")?;
+    create(&mut a, "s")?;
+    let s = sid("s");
+    assert_eq!(a.acquire(&s)?, Ownership::Owned { epoch: 1 });
+    let turn = a.claim_turn(&s, 1, "a-boot", 2)?.seq;
+    let step = |turn: u64, done: bool| {
+        if done {
+            SessionEvent::StepCompleted {
+                turn,
+                step: "pay".into(),
+                attempt: 1,
+                result: json!("paid"),
+            }
+        } else {
+            SessionEvent::StepStarted {
+                turn,
+                step: "pay".into(),
+                attempt: 1,
+                key: format!("s:{turn}:pay"),
+            }
+        }
+    };
+    a.record_step(&s, &step(turn, false), 1, 3)?;
+    // `a` dies mid-step; `b` takes its turn over (its attempt counted, the session its own).
+    lapse(&mut b, "a")?;
+    assert_eq!(b.count_resume(&s, "b")?, Some(1));
+    assert_eq!(b.acquire(&s)?, Ownership::Owned { epoch: 2 });
+    let late = a.record_step(&s, &step(turn, true), 1, 4);
+    assert!(
+        matches!(late, Err(StoreError::Fenced { epoch: 1, .. })),
+        "{late:?}"
+    );
+    let kinds: Vec<String> = b
+        .events_after(&s, None, 100)?
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        [kind::CREATED, kind::EXECUTION_STARTED, kind::STEP_STARTED]
+    );
     Ok(())
 }
