@@ -343,8 +343,9 @@ pub enum Error {
         /// The step's name.
         step: String,
     },
-    /// A step's value is larger, as JSON, than the limit: its outcome is recorded as this
-    /// failure (the body ran).
+    /// A step's value is larger, as JSON, than the limit: its outcome is recorded as a failure
+    /// of type `result_too_large` (the body ran), which later drains get as
+    /// [`Error::StepFailed`].
     #[error("session {session_id}: the result of step {step} is {bytes} bytes, over {limit}")]
     StepResultTooLarge {
         /// The session.

@@ -17,6 +17,9 @@ use crate::journal::{Loaded, Nudge, Ownership};
 /// [`super::Host::adopting`]); an adoption takes a sweep's two transactions.
 const ADOPTION_POLL: std::time::Duration = std::time::Duration::from_millis(20);
 
+/// How often a retry that arrived while a turn settles looks again.
+const SETTLING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+
 impl SessionActor {
     /// Runs `then` once the actor knows its session is stored and who owns it: at once when it
     /// is this node's; otherwise after loading it again (the session may have been created
@@ -199,6 +202,12 @@ impl Handler<Retry> for SessionActor {
     type Result = ();
 
     fn handle(&mut self, msg: Retry, ctx: &mut Self::Context) {
+        if self.coordinator.phase() == Some(super::coordinator::Phase::Settling) {
+            // The turn's terminal is being recorded: it is over, and a caller that saw it
+            // commit may retry it now. Asked again once it settled.
+            ctx.notify_later(msg, SETTLING_POLL);
+            return;
+        }
         self.when_loaded(ctx, move |act, ctx| act.retry(msg, ctx));
     }
 }

@@ -20,12 +20,15 @@ use crate::journal::ledger::Lookup;
 use crate::outcome::SessionError;
 use crate::step::{step_key, StepContext, StepStatus};
 
-/// The largest value a step may record, as JSON (1 MiB): a bigger one is recorded as the
-/// failure [`Error::StepResultTooLarge`].
+/// The largest value a step may record, as JSON (1 MiB): a bigger one is the failure
+/// [`Error::StepResultTooLarge`], recorded with the type `result_too_large` (a later drain gets
+/// it back as [`Error::StepFailed`]).
 pub const MAX_STEP_RESULT_BYTES: usize = 1 << 20;
 
 /// The `type` of the error a failed step records.
 const STEP_ERROR: &str = "step";
+/// The `type` of the failure recorded for a value over [`MAX_STEP_RESULT_BYTES`].
+const TOO_LARGE: &str = "result_too_large";
 
 impl Turn {
     /// Runs `body` at most once per turn to a recorded outcome, and returns its value.
@@ -217,6 +220,9 @@ impl Turn {
     fn failure(&self, turn: u64, name: &str, attempt: u32, error: &Error) -> SessionEvent {
         let error = match error {
             Error::StepFailed { error, .. } => error.clone(),
+            too_large @ Error::StepResultTooLarge { .. } => {
+                SessionError::new(TOO_LARGE, too_large.to_string())
+            }
             other => SessionError::new(STEP_ERROR, other.to_string()),
         };
         SessionEvent::StepFailed {
