@@ -322,7 +322,7 @@ pub enum Error {
     /// whose outcome is not: its effect may or may not have happened. Reconcile (look the
     /// effect up by `key`), then record what you found under another step name.
     #[error(
-        "session {session_id}: step {step} is ambiguous (started {attempts} time(s) without a          recorded outcome); reconcile by its key {key}"
+        "session {session_id}: step {step} is ambiguous (started {attempts} time(s) without a recorded outcome); reconcile by its key {key}"
     )]
     Ambiguous {
         /// The session.
