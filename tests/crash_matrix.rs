@@ -5,13 +5,14 @@
 //! `DS_MATRIX_PLAN` selecting the child role). The child runs the runtime on a database — a SQLite
 //! file in a temp directory, or (`postgres_backend_passes_the_crash_matrix`) a fresh PostgreSQL
 //! database, as a node with a short lease — with an [`EchoRunner`] (each drain promotes the pending
-//! steer prompts with `promote_steer(None)` and the oldest queued one with `promote_queue()`, then
-//! appends one assistant reply per user message no user interrupted), creates sessions and admits
+//! steer prompts with `promote_steer(None)` and the oldest queued one with `promote_queue()`, then,
+//! for each user message no user interrupted and none answered, runs the durable step
+//! `reply:<message id>` and appends the reply it returned), creates sessions and admits
 //! `steer` and `queue` prompts with `Sessions::prompt`, printing `ADMITTING <id> <session>
 //! <delivery>` before and `ADMITTED <id>` once `prompt()` returned, and interrupts sessions. The
 //! parent kills it with SIGKILL either at a named crash point (`DS_CRASH_POINT`, feature
-//! `crash-points`: the thread reaching it prints `CRASH_POINT <name>` and blocks; the mid-drain
-//! point is the runner's own `MID_DRAIN` marker) or under a seeded workload — at a random instant,
+//! `crash-points`: the thread reaching it prints `CRASH_POINT <name>` and blocks; three of them
+//! are inside the reply step; the mid-drain point is the runner's own `MID_DRAIN` marker) or under a seeded workload — at a random instant,
 //! or right after an acknowledgement or an interrupt — then reads the database with a plain client
 //! and checks, after every kill (on PostgreSQL, once the killed node's connections closed and its
 //! lease lapsed):
@@ -28,6 +29,15 @@
 //!   terminal follows a live claim);
 //! - a user message is marked `interrupted` exactly when its turn ended `interrupted` by a user,
 //!   and no interrupted input is answered after that interrupt;
+//! - steps: a step's body records its run as an external effect, a line `STEP_BODY <session>
+//!   <turn> <step> <previous attempts>` on stdout before it returns (the recovery boot's runner
+//!   keeps the same record). Every step record lies inside a live claim of its turn, an outcome
+//!   answers an open intent, and no step is started again once its outcome is recorded. A body
+//!   runs at most once per intent and never without one (its runs over all boots were told
+//!   distinct `previous_attempts`, each below the step's intents), the run of its last intent
+//!   left its effect when its outcome is recorded, no boot runs the body of a step whose
+//!   outcome an earlier boot recorded (no completed step's body runs twice), and a turn that
+//!   succeeded left no step open;
 //! - per boot, a session the sweep takes up — claimed by an earlier boot, or owed a turn (a
 //!   pending input marked `wake`, admitted after its latest interrupt request) — gets as its
 //!   first event of the boot the sweep's one outcome: `interrupted{user}` for a claimed turn a
@@ -79,7 +89,8 @@ use serde_json::json;
 use common::{
     await_killed_node, await_no_live_node, is_postgres, is_releasing_terminal, is_root,
     next_commit, prompt_body, run_seed, say, splitmix, ChildProcess, EchoOptions, EchoRunner,
-    EventRow, Filler, ReadOnly, SmallDisk, StoreView, TestDb, XorShift, CHILD_WAIT, CRASH_LEASE,
+    EventRow, Filler, ReadOnly, SmallDisk, StepBody, StoreView, TestDb, XorShift, CHILD_WAIT,
+    CRASH_LEASE,
 };
 
 /// The child's plan (JSON); set only in child processes.
@@ -198,6 +209,7 @@ async fn child(plan: Plan, db: PathBuf) {
         mid_drain: plan.mid_drain,
         jitter_us: plan.jitter_us,
         seed: plan.seed,
+        steps: true,
     });
     let builder = || {
         let mut builder = Runtime::builder()
@@ -384,7 +396,7 @@ fn spawn_child(test: &str, plan: &Plan, db: &Path, point: Option<&str>) -> Child
 // The parent side: what the client knows, and the checks.
 
 /// What the client (the parent) learned from the children's stdout.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Ledger {
     /// Every prompt a child tried to admit: id → session.
     attempted: BTreeMap<String, String>,
@@ -432,12 +444,34 @@ struct Ledger {
     /// Restart notices a boot published after its sweep: turns the store failed under,
     /// resumed in place.
     in_place: usize,
+    /// Every step body run on this chain's database (the children's `STEP_BODY` lines, the
+    /// recovery boots' record): (session, turn, step) → the `previous_attempts` each run was
+    /// told, in order. Not merged across chains (their databases differ).
+    bodies: BTreeMap<StepKey, Vec<u32>>,
+    /// Step bodies run, and those of them run again (an ambiguous step: told
+    /// `previous_attempts > 0`).
+    step_runs: usize,
+    step_reruns: usize,
+}
+
+/// A step of a turn: (session, turn id, step name).
+type StepKey = (String, u64, String);
+
+fn step_key(body: &StepBody) -> StepKey {
+    (body.session.clone(), body.turn, body.step.clone())
 }
 
 impl Ledger {
-    /// Takes in one child's output; returns the forced drains it started, per session.
-    fn absorb(&mut self, lines: &[String], context: &str) -> BTreeMap<String, usize> {
+    /// Takes in one child's output; returns the forced drains it started, per session, and
+    /// the step bodies it ran.
+    fn absorb(
+        &mut self,
+        lines: &[String],
+        context: &str,
+    ) -> (BTreeMap<String, usize>, Vec<StepBody>) {
         let mut forced = BTreeMap::new();
+        let bodies: Vec<StepBody> = lines.iter().filter_map(|l| StepBody::parse(l)).collect();
+        self.ran_bodies(&bodies);
         for line in lines {
             let words: Vec<&str> = line.split(' ').collect();
             match words.as_slice() {
@@ -473,10 +507,25 @@ impl Ledger {
                 ["DRAIN", session, "true"] => {
                     *forced.entry((*session).to_string()).or_insert(0) += 1
                 }
+                ["STEP_BODY", ..] if StepBody::parse(line).is_none() => {
+                    panic!("{context}: a child's step line does not parse: {line}")
+                }
                 _ => {}
             }
         }
-        forced
+        (forced, bodies)
+    }
+
+    /// Takes in the step bodies a boot ran.
+    fn ran_bodies(&mut self, bodies: &[StepBody]) {
+        for body in bodies {
+            self.bodies
+                .entry(step_key(body))
+                .or_default()
+                .push(body.previous);
+            self.step_runs += 1;
+            self.step_reruns += usize::from(body.previous > 0);
+        }
     }
 
     /// Adds up another chain's ledger.
@@ -510,6 +559,63 @@ impl Ledger {
         self.killed_in_fault += other.killed_in_fault;
         self.settled += other.settled;
         self.in_place += other.in_place;
+        self.step_runs += other.step_runs;
+        self.step_reruns += other.step_reruns;
+    }
+}
+
+/// Checks the steps after a boot: `before` was read before it started, `after` once it ended
+/// (killed, or shut down), `boot` is the step bodies it ran (already in `ledger`). No completed
+/// step's body runs twice: a boot runs no body of a step whose outcome an earlier boot recorded,
+/// and over the chain a step's body ran at most once per intent and never without one (each run
+/// was told a distinct `previous_attempts`, below the step's intents). A recorded outcome was
+/// the run of the last intent, which left its effect; a turn that succeeded left no step open
+/// (the runner returns only once each step it called returned).
+fn check_steps(
+    before: &StoreView,
+    after: &StoreView,
+    ledger: &Ledger,
+    boot: &[StepBody],
+    context: &str,
+) {
+    let earlier = before.steps();
+    let steps = after.steps();
+    for body in boot {
+        let key = step_key(body);
+        assert!(
+            steps.contains_key(&key),
+            "{context}: the body of step {key:?} ran without its intent in the log"
+        );
+        if let Some(outcome) = earlier.get(&key).and_then(|s| s.outcome.as_ref()) {
+            panic!(
+                "{context}: the body of step {key:?} ran again (told {} previous attempts)                  though an earlier boot recorded its outcome {outcome}",
+                body.previous
+            );
+        }
+    }
+    for (key, runs) in &ledger.bodies {
+        let started = steps.get(key).map_or(0, |s| s.started);
+        let distinct: BTreeSet<u32> = runs.iter().copied().collect();
+        assert!(
+            distinct.len() == runs.len() && runs.iter().all(|p| (*p as usize) < started),
+            "{context}: step {key:?} has {started} intents but its body ran {} times, told              previous attempts {runs:?} (a body runs once per intent, never without one)",
+            runs.len()
+        );
+    }
+    for (key, step) in &steps {
+        if let Some(outcome) = &step.outcome {
+            let last = step.started.saturating_sub(1) as u32;
+            assert!(
+                ledger.bodies.get(key).is_some_and(|r| r.contains(&last)),
+                "{context}: step {key:?} recorded {outcome}, but the run of its last intent                  ({last} previous attempts) left no effect: {:?}",
+                ledger.bodies.get(key)
+            );
+        } else {
+            assert!(
+                step.turn_end.as_deref() != Some(kind::EXECUTION_SUCCEEDED),
+                "{context}: step {key:?} is open, yet its turn succeeded"
+            );
+        }
     }
 }
 
@@ -735,7 +841,7 @@ fn crash_under_faults(
     drop(faults);
     await_killed_node(db, &child_node(pid));
     ledger.kills += 1;
-    let forced = ledger.absorb(&lines, &context);
+    let (forced, bodies) = ledger.absorb(&lines, &context);
     let ready = lines.iter().any(|l| l == "READY");
     let done = lines.iter().any(|l| l == "DONE");
     ledger.landed[usize::from(ready) + usize::from(done)] += 1;
@@ -765,6 +871,7 @@ fn crash_under_faults(
         plan.max_attempts,
         &context,
     );
+    check_steps(&before, &after, ledger, &bodies, &context);
     lines
 }
 
@@ -889,7 +996,10 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
     ledger.snapshots += 4;
     await_no_live_node(db);
     actix_rt::System::new().block_on(async {
-        let runner = EchoRunner::new(EchoOptions::default());
+        let runner = EchoRunner::new(EchoOptions {
+            steps: true,
+            ..EchoOptions::default()
+        });
         let mut builder = Runtime::builder()
             .database(db)
             .runner(runner.clone())
@@ -1050,6 +1160,9 @@ fn verify_recovery(db: &Path, ledger: &mut Ledger, max: u32, context: &str) {
         ledger.notices = settled.sessions.keys().map(|s| settled.notices(s)).sum();
         ledger.aborts = settled.sessions.keys().map(|s| settled.aborts(s)).sum();
         runtime.shutdown().await;
+        let bodies = runner.bodies();
+        ledger.ran_bodies(&bodies);
+        check_steps(&before, &StoreView::read(db), ledger, &bodies, &context);
     });
 }
 
@@ -1143,6 +1256,18 @@ fn crash_at(test: &str, db: &Path, ledger: &mut Ledger, plan: &Plan, point: Poin
 /// crashing boots in a row that must end in `aborted`; and, where the point leaves a session
 /// owed a turn, the same from that session's adopted turn.
 fn crash_point_scenario(test: &str, point: Point, specific: impl FnOnce(&StoreView, &Ledger)) {
+    crash_point_scenario_then(test, point, specific, |_, _, _, _| {});
+}
+
+/// [`crash_point_scenario`], with `recovered`, the point's assertions after the recovery boot
+/// (before the crash loops): it is given the store and the ledger at the kill, then after the
+/// recovery.
+fn crash_point_scenario_then(
+    test: &str,
+    point: Point,
+    specific: impl FnOnce(&StoreView, &Ledger),
+    recovered: impl FnOnce(&StoreView, &Ledger, &StoreView, &Ledger),
+) {
     let db = TestDb::new();
     let mut ledger = Ledger::default();
     if point == Point::Named("sweep_after_count") {
@@ -1185,7 +1310,9 @@ fn crash_point_scenario(test: &str, point: Point, specific: impl FnOnce(&StoreVi
         );
     }
     specific(&after, &ledger);
+    let at_kill = ledger.clone();
     verify_recovery(&db.path, &mut ledger, BUDGET, test);
+    recovered(&after, &at_kill, &StoreView::read(&db.path), &ledger);
     if point.loops() {
         crash_loop(test, point);
     }
@@ -1525,6 +1652,139 @@ fn crash_during_promotion() {
     );
 }
 
+/// The steps a kill inside a step left open (an intent and no outcome): each with its intents
+/// and the `previous_attempts` its bodies' runs were told.
+fn open_steps(view: &StoreView, ledger: &Ledger) -> Vec<(StepKey, usize, Vec<u32>)> {
+    view.steps()
+        .into_iter()
+        .filter(|(_, step)| step.outcome.is_none())
+        .map(|(key, step)| {
+            let runs = ledger.bodies.get(&key).cloned().unwrap_or_default();
+            (key, step.started, runs)
+        })
+        .collect()
+}
+
+/// After the recovery boot, every step a kill inside a step left open (`killed`, with
+/// `at_kill`'s record of its bodies) was run again once by its resumed turn, under the same
+/// turn id: one more intent, its body run once more told every earlier intent as a previous
+/// attempt, and its outcome `completed`.
+fn assert_open_steps_ran_again(
+    test: &str,
+    killed: &StoreView,
+    at_kill: &Ledger,
+    recovered: &StoreView,
+    ledger: &Ledger,
+) {
+    let open = open_steps(killed, at_kill);
+    assert!(!open.is_empty(), "{test}: no step open at the kill");
+    let steps = recovered.steps();
+    for (key, started, mut runs) in open {
+        let now = &steps[&key];
+        assert_eq!(
+            (now.started, now.outcome.as_deref()),
+            (started + 1, Some(kind::STEP_COMPLETED)),
+            "{test}: step {key:?}, open at the kill with {started} intents, after the recovery"
+        );
+        runs.push(started as u32);
+        assert_eq!(
+            ledger.bodies.get(&key),
+            Some(&runs),
+            "{test}: step {key:?}: its body did not run exactly once more, told {started} \
+             previous attempts"
+        );
+    }
+}
+
+/// Killed inside the reply step, after its intent (`session.step.started`) committed, before
+/// its body ran: the step is open with no effect recorded, the turn claimed. The next boot
+/// resumes the turn, whose drain runs the step again under the same turn id: its body runs
+/// once in all, told one previous attempt, and completes. Repeated on the resumed turn, the
+/// crash loop ends in `aborted`.
+#[test]
+fn crash_after_step_intent() {
+    run_child_if_requested();
+    const TEST: &str = "crash_after_step_intent";
+    crash_point_scenario_then(
+        TEST,
+        Point::Named("after_step_intent"),
+        |view, ledger| {
+            assert!(!view.claimed().is_empty(), "no claim committed");
+            let open = open_steps(view, ledger);
+            assert!(
+                open.iter()
+                    .any(|(_, started, runs)| *started == 1 && runs.is_empty()),
+                "no step killed after its intent, before its body: {open:?}"
+            );
+        },
+        |killed, at_kill, recovered, ledger| {
+            assert_open_steps_ran_again(TEST, killed, at_kill, recovered, ledger);
+        },
+    );
+}
+
+/// Killed inside the reply step, after its body ran (its `STEP_BODY` effect printed), before
+/// its outcome was sent to be committed: the step is open and its effect happened once. The
+/// next boot's resumed drain finds it ambiguous and runs it again (at least once): two runs
+/// in all, the second told one previous attempt, then the outcome. Repeated on the resumed
+/// turn, the crash loop ends in `aborted`.
+#[test]
+fn crash_after_step_body() {
+    run_child_if_requested();
+    const TEST: &str = "crash_after_step_body";
+    crash_point_scenario_then(
+        TEST,
+        Point::Named("after_step_body"),
+        |view, ledger| {
+            assert!(!view.claimed().is_empty(), "no claim committed");
+            let open = open_steps(view, ledger);
+            assert!(
+                open.iter()
+                    .any(|(_, started, runs)| *started == 1 && runs == &[0]),
+                "no step killed after its body, before its outcome: {open:?}"
+            );
+        },
+        |killed, at_kill, recovered, ledger| {
+            assert_open_steps_ran_again(TEST, killed, at_kill, recovered, ledger);
+        },
+    );
+}
+
+/// Killed inside the transaction committing a step's outcome, before it commits: no outcome
+/// is stored (the step is open, its body's effect happened once) and no reply for it. The next
+/// boot's resumed drain runs it again, once, told one previous attempt, and records its
+/// outcome; its message is answered once. Repeated on the resumed turn, the crash loop ends in
+/// `aborted`.
+#[test]
+fn crash_during_step_outcome() {
+    run_child_if_requested();
+    const TEST: &str = "crash_during_step_outcome";
+    crash_point_scenario_then(
+        TEST,
+        Point::Named("during_step_outcome"),
+        |view, ledger| {
+            assert!(!view.claimed().is_empty(), "no claim committed");
+            let open = open_steps(view, ledger);
+            assert!(
+                open.iter()
+                    .any(|(_, started, runs)| *started == 1 && runs == &[0]),
+                "no step killed committing its outcome: {open:?}"
+            );
+            let replies = view.replies();
+            for ((_, _, step), _, _) in &open {
+                let message = step.strip_prefix("reply:").expect("a reply step");
+                assert!(
+                    !replies.contains_key(message),
+                    "{message}: answered, yet its step's outcome was not committed"
+                );
+            }
+        },
+        |killed, at_kill, recovered, ledger| {
+            assert_open_steps_ran_again(TEST, killed, at_kill, recovered, ledger);
+        },
+    );
+}
+
 /// A turn the user interrupted (`interrupted{user}` + release committed before `interrupt`
 /// returned) in a process SIGKILLed with another turn mid-drain is never resumed: the next boot
 /// resumes only the other turn.
@@ -1802,7 +2062,8 @@ fn random_kills_under_a_seeded_workload() {
          a turn), {} recoveries, {} store snapshots checked, {} prompts ({} queued; {} \
          acknowledged by a child or retried), {} user interrupts, {} restart notices, {} \
          aborted; at the recoveries, acknowledged prompts had run {} times, were fenced by an \
-         interrupt {} times and given up by an aborted turn {} times; in {:?} (seed {base})",
+         interrupt {} times and given up by an aborted turn {} times; {} step bodies run, {} \
+         of them again after their outcome was lost; in {:?} (seed {base})",
         totals.kills,
         totals.landed[0],
         totals.landed[1],
@@ -1822,6 +2083,8 @@ fn random_kills_under_a_seeded_workload() {
         totals.ran,
         totals.fenced,
         totals.given_up,
+        totals.step_runs,
+        totals.step_reruns,
         started.elapsed()
     );
 }
@@ -2099,8 +2362,8 @@ fn random_kills_and_store_faults_under_a_seeded_workload() {
          read-only; refused: {:?}; {} recoveries, {} store snapshots checked, {} prompts ({} \
          refused; {} acknowledged by a child or retried), {} user interrupts, {} restart \
          notices ({} of a turn resumed in place), {} aborted; at the recoveries, acknowledged prompts had run {} times, were \
-         fenced by an interrupt {} times and given up by an aborted turn {} times; in {:?} \
-         (seed {base})",
+         fenced by an interrupt {} times and given up by an aborted turn {} times; {} step \
+         bodies run, {} of them again after their outcome was lost; in {:?} (seed {base})",
         totals.kills,
         totals.landed[0],
         totals.landed[1],
@@ -2123,6 +2386,8 @@ fn random_kills_and_store_faults_under_a_seeded_workload() {
         totals.ran,
         totals.fenced,
         totals.given_up,
+        totals.step_runs,
+        totals.step_reruns,
         started.elapsed()
     );
 }
@@ -2240,8 +2505,9 @@ fn synthetic(steps: &[(&str, serde_json::Value)]) -> StoreView {
 
 /// The store invariants hold on a legal log and name what breaks them: a restart notice for a
 /// session neither claimed nor owed a turn, a notice without its claim, a turn claimed over an
-/// open claim with no terminal or notice in between, a second terminal of a turn, an interrupted prompt answered after its interrupt, a wrong interrupted mark; and the
-/// sweep's view of a store (`owed`, `interrupt_fenced`) is what the runtime decides.
+/// open claim with no terminal or notice in between, a second terminal of a turn, an interrupted prompt answered after its interrupt, a wrong interrupted mark, a step
+/// record outside its turn's claim or started again after its outcome; and the sweep's view of
+/// a store (`owed`, `interrupt_fenced`, `steps`) is what the runtime decides.
 #[test]
 fn the_invariants_catch_what_they_claim_to() {
     use durable_sessions::{ABORTED_MESSAGE, RESTART_NOTICE_TEXT};
@@ -2418,4 +2684,77 @@ fn the_invariants_catch_what_they_claim_to() {
     assert!(!holds(&fenced).continuation_due("s", 0));
     fenced.push(queued("later"));
     assert!(!holds(&fenced).continuation_due("s", 0));
+
+    // Step records: inside the claim of the turn they name (its first `started`, at seq 2
+    // here), an outcome after its intent, none started again once completed.
+    let step = |event: &'static str, turn: u64, attempt: u64| {
+        let mut data = json!({ "turn": turn, "step": "tool", "attempt": attempt });
+        if event == kind::STEP_STARTED {
+            data["key"] = json!(format!("s:{turn}:tool"));
+        } else {
+            data["result"] = json!(1);
+        }
+        (event, data)
+    };
+    let turn = [
+        created.clone(),
+        admitted("p"),
+        started.clone(),
+        promoted("p"),
+    ];
+    let mut done = turn.to_vec();
+    done.extend([
+        step(kind::STEP_STARTED, 2, 1),
+        step(kind::STEP_COMPLETED, 2, 1),
+        succeeded.clone(),
+    ]);
+    let steps = holds(&done).steps();
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    let tool = &steps[&("s".to_string(), 2, "tool".to_string())];
+    assert_eq!(tool.started, 1);
+    assert_eq!(tool.outcome.as_deref(), Some(kind::STEP_COMPLETED));
+    assert_eq!(tool.turn_end.as_deref(), Some(kind::EXECUTION_SUCCEEDED));
+    // Open at a kill, run again by the resumed turn (attempt 2), under the same turn id.
+    let mut again = turn.to_vec();
+    again.extend([
+        step(kind::STEP_STARTED, 2, 1),
+        notice.clone(),
+        started.clone(),
+        step(kind::STEP_STARTED, 2, 2),
+        step(kind::STEP_COMPLETED, 2, 2),
+        succeeded.clone(),
+    ]);
+    assert_eq!(
+        holds(&again).steps()[&("s".into(), 2, "tool".into())].started,
+        2
+    );
+    let mut twice = turn.to_vec();
+    twice.extend([
+        step(kind::STEP_STARTED, 2, 1),
+        step(kind::STEP_COMPLETED, 2, 1),
+        notice.clone(),
+        started.clone(),
+        step(kind::STEP_STARTED, 2, 2),
+    ]);
+    breaks(&synthetic(&twice), "started again after its outcome");
+    let mut stale = turn.to_vec();
+    stale.extend([
+        step(kind::STEP_STARTED, 2, 1),
+        step(kind::STEP_COMPLETED, 2, 2),
+    ]);
+    breaks(&synthetic(&stale), "but the step stands at Open(1)");
+    let mut orphan = turn.to_vec();
+    orphan.push(step(kind::STEP_COMPLETED, 2, 1));
+    breaks(&synthetic(&orphan), "without its intent");
+    let mut other = turn.to_vec();
+    other.push(step(kind::STEP_STARTED, 7, 1));
+    breaks(&synthetic(&other), "the live claim serves turn Some(2)");
+    let mut after = turn.to_vec();
+    after.extend([succeeded.clone(), step(kind::STEP_STARTED, 2, 1)]);
+    breaks(&synthetic(&after), "the live claim serves turn None");
+    let mut keyed = turn.to_vec();
+    let (started_kind, mut data) = step(kind::STEP_STARTED, 2, 1);
+    data["key"] = json!("s:3:tool");
+    keyed.push((started_kind, data));
+    breaks(&synthetic(&keyed), "is not \"s:2:tool\"");
 }

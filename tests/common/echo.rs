@@ -23,6 +23,46 @@ pub struct EchoOptions {
     pub jitter_us: u64,
     /// Seed of the pauses.
     pub seed: u64,
+    /// Answer each user message through a durable step `reply:<message id>`
+    /// ([`durable_sessions::Turn::step`]) whose body records its run as an external effect
+    /// ([`StepBody`]: in [`EchoRunner::bodies`], and with `print` as a `STEP_BODY` line), then
+    /// append the reply the step returned.
+    pub steps: bool,
+}
+
+/// One run of a step's body: the external effect of an [`EchoRunner`] with
+/// [`EchoOptions::steps`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct StepBody {
+    pub session: String,
+    /// The turn's id ([`durable_sessions::StepContext::turn`]).
+    pub turn: u64,
+    pub step: String,
+    /// What the run was told by [`durable_sessions::StepContext::previous_attempts`].
+    pub previous: u32,
+}
+
+impl StepBody {
+    /// The line a child prints for it: `STEP_BODY <session> <turn> <step> <previous>`.
+    pub fn line(&self) -> String {
+        format!(
+            "STEP_BODY {} {} {} {}",
+            self.session, self.turn, self.step, self.previous
+        )
+    }
+
+    /// The run a `STEP_BODY` line reports.
+    pub fn parse(line: &str) -> Option<StepBody> {
+        match line.split(' ').collect::<Vec<_>>().as_slice() {
+            ["STEP_BODY", session, turn, step, previous] => Some(StepBody {
+                session: (*session).to_string(),
+                turn: turn.parse().ok()?,
+                step: (*step).to_string(),
+                previous: previous.parse().ok()?,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// A runner standing in for an agent: each drain promotes every pending steer prompt, then the
@@ -30,7 +70,9 @@ pub struct EchoOptions {
 /// (`{"reply_to": <id>}`) for each user message of the transcript that has none yet and that no
 /// user interrupted ([`durable_sessions::Message::interrupted`]). Because it replies from the
 /// durable transcript, a drain resumed after a crash answers what the crashed one did not, and
-/// never answers anything twice.
+/// never answers anything twice. With [`EchoOptions::steps`], each reply is the result of a
+/// durable step, so a resumed drain replays a step whose outcome was recorded instead of running
+/// its body again.
 #[derive(Clone, Default)]
 pub struct EchoRunner {
     options: EchoOptions,
@@ -38,6 +80,8 @@ pub struct EchoRunner {
     /// Drains started, per (session, forced): bounded by the sessions, so a long load run's
     /// memory measures the runtime, not this record.
     drains: Arc<Mutex<BTreeMap<(String, bool), usize>>>,
+    /// The step bodies run, in order ([`EchoOptions::steps`]).
+    bodies: Arc<Mutex<Vec<StepBody>>>,
 }
 
 impl std::fmt::Debug for EchoRunner {
@@ -55,7 +99,21 @@ impl EchoRunner {
             options,
             rng,
             drains: Arc::default(),
+            bodies: Arc::default(),
         }
+    }
+
+    /// The step bodies this runner ran, in order ([`EchoOptions::steps`]).
+    pub fn bodies(&self) -> Vec<StepBody> {
+        self.bodies.lock().unwrap().clone()
+    }
+
+    /// Records one run of a step's body: the external effect.
+    fn ran(&self, body: StepBody) {
+        if self.options.print {
+            say(&body.line());
+        }
+        self.bodies.lock().unwrap().push(body);
     }
 
     /// How many drains started, per (session, forced).
@@ -102,6 +160,28 @@ pub async fn unreplied(turn: &Turn) -> Result<Vec<String>, RunError> {
         .collect())
 }
 
+impl EchoRunner {
+    /// The step `reply:<id>`: its body records its run ([`EchoRunner::ran`]), pauses (a window
+    /// between the effect and its recorded outcome) and returns the reply to append.
+    async fn reply_step(&self, turn: &Turn, session: &str, id: String) -> Result<Value, RunError> {
+        let pause = self.pause();
+        turn.step(&format!("reply:{id}"), |ctx| async move {
+            self.ran(StepBody {
+                session: session.to_string(),
+                turn: ctx.turn(),
+                step: ctx.name().to_string(),
+                previous: ctx.previous_attempts(),
+            });
+            if let Some(pause) = pause {
+                actix_rt::time::sleep(pause).await;
+            }
+            Ok::<_, std::convert::Infallible>(json!({ "reply_to": id }))
+        })
+        .await
+        .map_err(run_error)
+    }
+}
+
 impl Runner for EchoRunner {
     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
         let session = turn.session_id().to_string();
@@ -131,7 +211,12 @@ impl Runner for EchoRunner {
                 if let Some(pause) = this.pause() {
                     actix_rt::time::sleep(pause).await;
                 }
-                turn.append_message("assistant", json!({ "reply_to": id }))
+                let reply = if this.options.steps {
+                    this.reply_step(&turn, &session, id).await?
+                } else {
+                    json!({ "reply_to": id })
+                };
+                turn.append_message("assistant", reply)
                     .await
                     .map_err(run_error)?;
             }

@@ -126,13 +126,13 @@ pub mod nodes;
 pub use child::{ChildProcess, CHILD_WAIT};
 #[cfg(unix)]
 pub use disk::{Filler, SmallDisk};
-pub use echo::{unreplied, EchoOptions, EchoRunner};
+pub use echo::{unreplied, EchoOptions, EchoRunner, StepBody};
 #[cfg(unix)]
 pub use read_only::{is_root, ReadOnly};
 pub use rng::{run_seed, splitmix, XorShift};
 pub use store::{
-    is_abort, is_releasing_terminal, is_restart_notice, EventRow, InputRow, MessageRow, SessionRow,
-    StoreView,
+    is_abort, is_releasing_terminal, is_restart_notice, step_violations, EventRow, InputRow,
+    MessageRow, SessionRow, StepLog, StoreView,
 };
 
 use serde_json::{json, Value};

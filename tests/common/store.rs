@@ -521,6 +521,48 @@ impl StoreView {
             .map_or(0, |evs| evs.iter().filter(|e| is_abort(e)).count())
     }
 
+    /// Every step the log records, by (session, turn id, step name): how often it was started,
+    /// its outcome, and how its turn ended.
+    pub fn steps(&self) -> BTreeMap<(String, u64, String), StepLog> {
+        let mut steps: BTreeMap<(String, u64, String), StepLog> = BTreeMap::new();
+        for (session, events) in &self.events {
+            let mut turn: Option<u64> = None;
+            let mut ends: BTreeMap<u64, String> = BTreeMap::new();
+            for e in events {
+                if e.kind == kind::EXECUTION_STARTED {
+                    let named = e.data.get("turn").and_then(Value::as_u64);
+                    turn = turn.or(Some(named.unwrap_or(e.seq)));
+                } else if is_releasing_terminal(e) {
+                    if let Some(id) = turn.take() {
+                        ends.insert(id, e.kind.clone());
+                    }
+                } else if e.kind.starts_with("session.step.") {
+                    let (Some(of), Some(name)) = (
+                        e.data.get("turn").and_then(Value::as_u64),
+                        e.data.get("step").and_then(Value::as_str),
+                    ) else {
+                        continue;
+                    };
+                    let step = steps
+                        .entry((session.clone(), of, name.to_string()))
+                        .or_default();
+                    if e.kind == kind::STEP_STARTED {
+                        step.started += 1;
+                        step.outcome = None;
+                    } else {
+                        step.outcome = Some(e.kind.clone());
+                    }
+                }
+            }
+            for ((of_session, turn, _), step) in steps.iter_mut() {
+                if of_session == session {
+                    step.turn_end = ends.get(turn).cloned();
+                }
+            }
+        }
+        steps
+    }
+
     /// Assistant replies per user message id, over the whole store.
     pub fn replies(&self) -> BTreeMap<String, usize> {
         let mut replies = BTreeMap::new();
@@ -561,9 +603,22 @@ impl StoreView {
     ///   promoted user message of its own session, once;
     /// - a `user` message is marked `interrupted` exactly when the turn that promoted it ended
     ///   with a non-shutdown `interrupted`, and no interrupted input is answered: a reply to it
-    ///   precedes that terminal.
+    ///   precedes that terminal;
+    /// - step records ([`step_violations`]): each is written inside a live claim, for the turn
+    ///   that claim serves, with the step's key; an outcome answers an open intent of the same
+    ///   attempt; a step whose outcome is recorded is never started again (a failed one only
+    ///   after a retry's claim).
     pub fn violations(&self, max_attempts: u32) -> Vec<String> {
         let mut bad = Vec::new();
+        for (session, events) in &self.events {
+            let top = self
+                .sessions
+                .get(session)
+                .is_some_and(|r| r.parent.is_none());
+            if top {
+                step_violations(session, events, &mut bad);
+            }
+        }
         for session in &self.misordered {
             bad.push(format!(
                 "{session}: a recent event entry below a settled one"
@@ -852,6 +907,121 @@ impl StoreView {
             bad.len(),
             bad.join("\n")
         );
+    }
+}
+
+/// One step of a turn, as the log records it ([`StoreView::steps`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepLog {
+    /// Its intents (`session.step.started`), over every attempt of the turn.
+    pub started: usize,
+    /// The kind of the outcome recorded after its latest intent, if any.
+    pub outcome: Option<String>,
+    /// The kind of the terminal that released its turn's claim, once it did.
+    pub turn_end: Option<String>,
+}
+
+/// Where a step stands in the log, as [`step_violations`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepState {
+    /// Its intent is recorded, by this attempt of the turn, and no outcome yet.
+    Open(u64),
+    Completed,
+    /// Failed; a retry's claim since then lets it start again.
+    Failed {
+        cleared: bool,
+    },
+}
+
+/// The violations of the step records of one session's log (`events`, in seq order): a step
+/// record outside a live claim, or naming another turn than the claim serves (its first
+/// `started`, or the turn a retry's `started` names), or a key other than
+/// `<session>:<turn>:<step>`; an outcome (`completed` or `failed`) without an open intent, or of
+/// another attempt than that intent's; an intent of a step whose outcome is recorded (a failed
+/// one may start again after a retry's claim).
+pub fn step_violations(session: &str, events: &[EventRow], bad: &mut Vec<String>) {
+    let mut turn: Option<u64> = None;
+    let mut steps: BTreeMap<(u64, String), StepState> = BTreeMap::new();
+    for e in events {
+        if e.kind == kind::EXECUTION_STARTED {
+            let named = e.data.get("turn").and_then(Value::as_u64);
+            if let Some(id) = named {
+                for ((of, _), state) in steps.iter_mut() {
+                    if *of == id {
+                        if let StepState::Failed { cleared } = state {
+                            *cleared = true;
+                        }
+                    }
+                }
+            }
+            if turn.is_none() {
+                turn = Some(named.unwrap_or(e.seq));
+            }
+            continue;
+        }
+        if is_releasing_terminal(e) {
+            turn = None;
+            continue;
+        }
+        let outcome = e.kind == kind::STEP_COMPLETED || e.kind == kind::STEP_FAILED;
+        if e.kind != kind::STEP_STARTED && !outcome {
+            continue;
+        }
+        let of = e.data.get("turn").and_then(Value::as_u64);
+        let name = e
+            .data
+            .get("step")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let attempt = e.data.get("attempt").and_then(Value::as_u64);
+        let at = format!("{session}#{} {} {name:?}", e.seq, e.kind);
+        let (Some(of), Some(attempt)) = (of, attempt) else {
+            bad.push(format!("{at}: no turn or attempt in {}", e.data));
+            continue;
+        };
+        if turn != Some(of) {
+            bad.push(format!(
+                "{at} of turn {of}, but the live claim serves turn {turn:?}"
+            ));
+        }
+        let state = steps.entry((of, name.to_string()));
+        if e.kind == kind::STEP_STARTED {
+            let key = format!("{session}:{of}:{name}");
+            if e.data.get("key").and_then(Value::as_str) != Some(key.as_str()) {
+                bad.push(format!("{at}: key {} is not {key:?}", e.data["key"]));
+            }
+            let previous = state.or_insert(StepState::Open(attempt));
+            if matches!(
+                previous,
+                StepState::Completed | StepState::Failed { cleared: false }
+            ) {
+                bad.push(format!(
+                    "{at}: started again after its outcome ({previous:?}) was recorded"
+                ));
+            }
+            *previous = StepState::Open(attempt);
+        } else {
+            let settled = if e.kind == kind::STEP_COMPLETED {
+                StepState::Completed
+            } else {
+                StepState::Failed { cleared: false }
+            };
+            match state {
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    if *o.get() != StepState::Open(attempt) {
+                        bad.push(format!(
+                            "{at} of attempt {attempt}, but the step stands at {:?}",
+                            o.get()
+                        ));
+                    }
+                    o.insert(settled);
+                }
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    bad.push(format!("{at} without its intent"));
+                    v.insert(settled);
+                }
+            }
+        }
     }
 }
 
