@@ -14,25 +14,33 @@
 //! event streams) and [`Runtime::execution`] (resume, wake, interrupt, await idle):
 //!
 //! ```no_run
-//! use durable_sessions::{CreateSession, RunError, Runner, Runtime, Turn};
+//! use durable_sessions::{Admission, CreateSession, PromptInput, RunError, Runner, Runtime, Turn};
 //! use futures::future::LocalBoxFuture;
 //! use futures::FutureExt;
 //! use serde_json::json;
 //!
-//! /// Your agent: promote pending prompts, call the model, append the answer.
+//! /// Your agent: answers each prompt of the turn with one assistant message.
 //! struct Agent;
 //!
 //! impl Runner for Agent {
 //!     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
 //!         async move {
-//!             for prompt in turn.promote_steer(None).await? {
-//!                 let answer = json!({ "text": format!("you said {}", prompt.prompt) });
+//!             // The prompts this turn answers, promoted into the transcript. A turn resumed
+//!             // after a crash gets again those its killed attempt took and did not answer.
+//!             for input in turn.take_inputs().await? {
+//!                 let text = call_the_model(&input).await;
+//!                 let answer = json!({ "text": text, "reply_to": input.id });
 //!                 turn.append_message("assistant", answer).await?;
 //!             }
 //!             Ok(())
 //!         }
 //!         .boxed_local()
 //!     }
+//! }
+//!
+//! /// Your model call (here, an echo).
+//! async fn call_the_model(input: &Admission) -> String {
+//!     format!("you said {}", input.prompt)
 //! }
 //!
 //! #[actix_rt::main]
@@ -43,11 +51,13 @@
 //!         .max_resume_attempts(10)
 //!         .start() // opens/migrates the file and resumes turns a crash left behind
 //!         .await?;
-//!     let session = runtime
-//!         .sessions()
+//!     let sessions = runtime.sessions();
+//!     let session = sessions
 //!         .create(CreateSession { directory: "/srv/app".into(), ..Default::default() })
 //!         .await?;
-//!     let outcome = runtime.execution().resume(&session.id).await?;
+//!     let prompt = PromptInput::new(session.id.clone(), "hello");
+//!     let admission = sessions.prompt(prompt).await?; // acknowledged: it will be answered
+//!     let outcome = sessions.await_served(&admission).await?;
 //!     println!("turn ended: {outcome:?}");
 //!     runtime.shutdown().await; // running turns keep their claims for the next boot
 //!     Ok(())
