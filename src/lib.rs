@@ -14,25 +14,33 @@
 //! event streams) and [`Runtime::execution`] (resume, wake, interrupt, await idle):
 //!
 //! ```no_run
-//! use durable_sessions::{CreateSession, RunError, Runner, Runtime, Turn};
+//! use durable_sessions::{Admission, CreateSession, PromptInput, RunError, Runner, Runtime, Turn};
 //! use futures::future::LocalBoxFuture;
 //! use futures::FutureExt;
 //! use serde_json::json;
 //!
-//! /// Your agent: promote pending prompts, call the model, append the answer.
+//! /// Your agent: answers each prompt of the turn with one assistant message.
 //! struct Agent;
 //!
 //! impl Runner for Agent {
 //!     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
 //!         async move {
-//!             for prompt in turn.promote_steer(None).await? {
-//!                 let answer = json!({ "text": format!("you said {}", prompt.prompt) });
+//!             // The prompts this turn answers, promoted into the transcript. A turn resumed
+//!             // after a crash gets again those its killed attempt took and did not answer.
+//!             for input in turn.take_inputs().await? {
+//!                 let text = call_the_model(&input).await;
+//!                 let answer = json!({ "text": text, "reply_to": input.id });
 //!                 turn.append_message("assistant", answer).await?;
 //!             }
 //!             Ok(())
 //!         }
 //!         .boxed_local()
 //!     }
+//! }
+//!
+//! /// Your model call (here, an echo).
+//! async fn call_the_model(input: &Admission) -> String {
+//!     format!("you said {}", input.prompt)
 //! }
 //!
 //! #[actix_rt::main]
@@ -43,11 +51,13 @@
 //!         .max_resume_attempts(10)
 //!         .start() // opens/migrates the file and resumes turns a crash left behind
 //!         .await?;
-//!     let session = runtime
-//!         .sessions()
+//!     let sessions = runtime.sessions();
+//!     let session = sessions
 //!         .create(CreateSession { directory: "/srv/app".into(), ..Default::default() })
 //!         .await?;
-//!     let outcome = runtime.execution().resume(&session.id).await?;
+//!     let prompt = PromptInput::new(session.id.clone(), "hello");
+//!     let admission = sessions.prompt(prompt).await?; // acknowledged: it will be answered
+//!     let outcome = sessions.await_served(&admission).await?;
 //!     println!("turn ended: {outcome:?}");
 //!     runtime.shutdown().await; // running turns keep their claims for the next boot
 //!     Ok(())
@@ -88,15 +98,21 @@
 //!   ([`Message::interrupted`], `"interrupted": true` over HTTP), so no runner answers them
 //!   again.
 //! - **A resumed turn knows what it resumes.** [`Turn::cause`] says why a drain runs (a prompt's
-//!   wake, an explicit resume, or a recovery) and [`Turn::resumption`], for a turn the sweep
-//!   resumed, which attempt of how many it is, the seq of its restart notice, and the inputs the
-//!   killed attempt had promoted and not finished (never one an earlier turn finished, never one
-//!   a user interrupted).
+//!   wake, an explicit resume, a recovery or a retry) and [`Turn::resumption`], for a turn the
+//!   sweep resumed (or a retry), which attempt of how many it is, the seq of its restart notice,
+//!   the inputs the killed attempt had promoted and not finished (never one an earlier turn
+//!   finished, never one a user interrupted), which [`Turn::take_inputs`] hands out first, and
+//!   its ambiguous steps.
 //! - **One owner per database file** (below).
 //!
 //! Recovery is at-least-once: a resumed turn may repeat side effects of its interrupted attempt;
 //! the runner is told (the `session.synthetic` notice and [`Turn::resumption`]) so it can
-//! continue without repeating work.
+//! continue without repeating work. A side effect run through [`Turn::step`] whose outcome is
+//! recorded never runs again in that turn: a later drain gets the recorded outcome back. Only a
+//! step cut off inside its body runs again, and its body is told
+//! ([`StepContext::previous_attempts`], the idempotency key [`StepContext::key`]);
+//! [`Turn::step_once`] refuses to run it again. A failed turn runs again only when retried
+//! ([`Sessions::retry`]).
 //!
 //! One owner per database file: [`RuntimeBuilder::start`] takes an exclusive OS lock on
 //! `<database>.lock` before it opens the database and holds it until [`Runtime::shutdown`] (the
@@ -158,7 +174,10 @@
 //!   runner makes (promote prompts, append messages, publish events), the transcript reads
 //!   (whole, after a cursor, the tail) and live-only events ([`Turn::publish_live`]: to the
 //!   session's open streams, never stored). It holds the journal, its session and the sink of
-//!   live events (seen through a trait, so it imports nothing above it).
+//!   live events (seen through a trait, so it imports nothing above it). Its durable steps
+//!   ([`Turn::step`], [`Turn::step_once`]) record their intent and outcome in the turn's ledger.
+//! - `step`: what the ledger records of a step ([`StepRecord`], [`StepStatus`]) and what a
+//!   step's body is told ([`StepContext`]).
 //! - `runner`: the [`Runner`] trait you implement.
 //! - `service`: [`Sessions`], the session service: create, list, prompt admission, interrupt
 //!   and resume, deletion, transcripts and replay-then-live event streams ([`SessionEvents`],

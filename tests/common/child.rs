@@ -27,13 +27,20 @@ impl ChildProcess {
             .args(["--exact", test, "--nocapture", "--test-threads=1"])
             // An `#[ignore]`d test's children run too (the parent itself was asked for).
             .arg("--include-ignored")
-            .env_remove("DS_CRASH_POINT")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
+            .env_remove("DS_CRASH_POINT");
         for (key, value) in env {
             command.env(key, value);
         }
+        Self::run(command)
+    }
+
+    /// Runs `command` (any program, such as an example's binary) with stdin closed; its
+    /// stdout is read line by line.
+    pub fn run(mut command: std::process::Command) -> ChildProcess {
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         let mut process = command.spawn().expect("spawn a child process");
         let stdout = process.stdout.take().expect("piped stdout");
         let (tx, lines) = std::sync::mpsc::channel();
@@ -92,6 +99,34 @@ impl ChildProcess {
                 Err(e) => self.fail(&format!("no {prefix:?} from the child ({e})")),
             }
         }
+    }
+
+    /// [`Self::wait_for`], returning the line.
+    pub fn line(&mut self, prefix: &str) -> String {
+        self.wait_for(prefix);
+        self.seen.last().cloned().unwrap_or_default()
+    }
+
+    /// Waits (up to [`CHILD_WAIT`]) for the child to exit on its own, panics (showing its
+    /// output) unless it succeeded, and returns every line it printed.
+    pub fn finish(mut self) -> Vec<String> {
+        let deadline = std::time::Instant::now() + CHILD_WAIT;
+        loop {
+            match self.process.try_wait().expect("try_wait the child") {
+                Some(status) if status.success() => break,
+                Some(status) => self.fail(&format!("the child failed ({status})")),
+                None if std::time::Instant::now() > deadline => {
+                    self.fail("the child did not exit in time")
+                }
+                None => std::thread::sleep(std::time::Duration::from_millis(20)),
+            }
+        }
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        let mut lines = std::mem::take(&mut self.seen);
+        lines.extend(self.lines.try_iter());
+        lines
     }
 
     /// Reads stdout until it has seen a line starting with each of `prefixes`, in any order.

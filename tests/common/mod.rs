@@ -24,7 +24,7 @@ pub use backend::{postgres_only, run_suite_on_postgres};
 
 pub use events::{next_commit, wait_for_event, wait_until_committed};
 pub use harness::{Harness, HarnessBuilder};
-pub use server::server_binary;
+pub use server::{example_binary, server_binary};
 
 /// How long a test waits for something observable before failing.
 pub const WAIT: Duration = Duration::from_secs(10);

@@ -1,4 +1,5 @@
-//! The `server` example's binary, for the tests that run it as a child process.
+//! The `server` example's binary (and other examples'), for the tests that run it as a child
+//! process.
 //!
 //! The binary cargo leaves at `target/<profile>/examples/server` is shared: any build of the
 //! example in the same target directory replaces it, with that build's features. So each test
@@ -41,7 +42,36 @@ fn wanted() -> BTreeSet<String> {
     .collect()
 }
 
-fn build_and_check() -> PathBuf {
+/// An example's binary that behaves the same whatever features it was built with, such as
+/// `quickstart`: built (a no-op when it is fresh) with this test binary's features, so the
+/// library is not rebuilt, linked under `target/test-bins/` and moved to
+/// `target/test-bins/<name>-<profile>-<features>`, a path no build of the example replaces.
+///
+/// # Panics
+/// When cargo fails.
+pub fn example_binary(name: &str) -> PathBuf {
+    let (target_dir, profile_dir, profile) = target_paths();
+    let wanted = wanted();
+    build(&target_dir, &profile, &wanted, name);
+    let shared = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    let bins = target_dir.join("test-bins");
+    std::fs::create_dir_all(&bins).expect("create target/test-bins");
+    let tag = wanted.iter().cloned().collect::<Vec<_>>().join("-");
+    let suffix = std::env::consts::EXE_SUFFIX;
+    let kept = bins.join(format!("{name}-{profile}-{tag}{suffix}"));
+    let candidate = bins.join(format!("{name}-{profile}-{tag}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&candidate);
+    if std::fs::hard_link(&shared, &candidate).is_err() {
+        std::fs::copy(&shared, &candidate).expect("copy the example's binary");
+    }
+    std::fs::rename(&candidate, &kept).expect("keep the example's binary");
+    kept
+}
+
+/// `target`, `target/<profile>` and the profile's name, from this test binary's path.
+fn target_paths() -> (PathBuf, PathBuf, String) {
     let exe = std::env::current_exe().expect("current exe");
     // target/<profile>/deps/http_api-<hash> → target/<profile>
     let profile_dir = exe
@@ -55,6 +85,11 @@ fn build_and_check() -> PathBuf {
         .and_then(|name| name.to_str())
         .unwrap_or("debug")
         .to_owned();
+    (target_dir, profile_dir, profile)
+}
+
+fn build_and_check() -> PathBuf {
+    let (target_dir, profile_dir, profile) = target_paths();
     let shared = profile_dir
         .join("examples")
         .join(format!("server{}", std::env::consts::EXE_SUFFIX));
@@ -69,7 +104,7 @@ fn build_and_check() -> PathBuf {
     let candidate = bins.join(format!("server-{profile}-{tag}.{}.tmp", std::process::id()));
     let mut found = None;
     for _ in 0..ATTEMPTS {
-        build(&target_dir, &profile, &wanted);
+        build(&target_dir, &profile, &wanted, "server");
         let _ = std::fs::remove_file(&candidate);
         // A link keeps this build's file even if another build replaces the shared path.
         if std::fs::hard_link(&shared, &candidate).is_err() {
@@ -94,12 +129,12 @@ fn build_and_check() -> PathBuf {
     );
 }
 
-/// Builds the example with `features` in `target_dir` (a no-op when it is fresh).
-fn build(target_dir: &Path, profile: &str, features: &BTreeSet<String>) {
+/// Builds the example `name` with `features` in `target_dir` (a no-op when it is fresh).
+fn build(target_dir: &Path, profile: &str, features: &BTreeSet<String>, name: &str) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut build = Command::new(cargo);
     build
-        .args(["build", "--quiet", "--example", "server"])
+        .args(["build", "--quiet", "--example", name])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .arg("--target-dir")
         .arg(target_dir);
@@ -117,7 +152,7 @@ fn build(target_dir: &Path, profile: &str, features: &BTreeSet<String>) {
     let status = build.status().expect("run cargo build");
     assert!(
         status.success(),
-        "could not build the server example: {status}"
+        "could not build the {name} example: {status}"
     );
 }
 
