@@ -7,8 +7,14 @@
 //! foreign origin's request is refused and that `EventSource` frames never reach `onmessage`,
 //! and finally deletes the session from its page (the list then no longer shows it).
 //!
+//! Two more tests run the runtime and the server in the test itself, with a runner of two
+//! durable steps, and check the page's steps panel: as a turn runs, fails and is retried from
+//! the page; as another is interrupted inside a step (which leaves the step ambiguous); and
+//! after a restart cut a step off (ambiguous while the turn's second attempt runs, then run
+//! again and completed).
+//!
 //! Needs the Debian packages `chromium` and `chromium-driver` (`.ci/run` installs them). Without
-//! them the test prints one line saying it was skipped and why, and passes, except under
+//! them each test prints one line saying it was skipped and why, and passes, except under
 //! `CI=true`, where it fails. `UPDATE_CONSOLE_SCREENSHOT=1` writes `docs/console.png`.
 #![cfg(feature = "http")]
 
@@ -16,14 +22,21 @@ mod common;
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use actix_web::dev::ServerHandle;
+use actix_web::{web, App};
+use durable_sessions::http::{self, HttpOptions};
+use durable_sessions::testing::Gate;
+use durable_sessions::{RunError, Runner, Runtime, Turn};
 use fantoccini::{ClientBuilder, Locator};
-use serde_json::json;
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use serde_json::{json, Value};
 
-use common::web::ServerChild;
+use common::web::{ServerChild, WebServer};
 
 /// How long the browser may take for anything.
 const BROWSER_WAIT: Duration = Duration::from_secs(30);
@@ -42,6 +55,43 @@ fn browser() -> Result<(PathBuf, PathBuf), String> {
     let chromium = on_path(&["chromium", "chromium-browser", "google-chrome"])
         .ok_or("chromium is not installed")?;
     Ok((driver, chromium))
+}
+
+/// chromedriver and chromium, or `None` once it said why `test` is skipped (under `CI=true`, it
+/// fails instead).
+fn browser_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
+    match browser() {
+        Ok(found) => Some(found),
+        Err(why) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "the browser test cannot run under CI: {why} (apt-get install chromium chromium-driver)"
+            );
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "http_console: skipped {test}: {why} (apt-get install chromium chromium-driver to run it)"
+            );
+            None
+        }
+    }
+}
+
+/// A headless Chromium session through `driver`.
+async fn open_browser(driver: &Driver, chromium: &Path) -> fantoccini::Client {
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "binary": chromium,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                     "--disable-dev-shm-usage", "--window-size=1280,860"],
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(capabilities)
+        .connect(&driver.url)
+        .await
+        .expect("a browser session")
 }
 
 /// chromedriver as a child process, killed on drop.
@@ -114,19 +164,10 @@ async fn text(client: &fantoccini::Client, script: &str) -> String {
 
 #[actix_rt::test]
 async fn the_console_creates_prompts_streams_and_interrupts_in_a_browser() {
-    let (driver, chromium) = match browser() {
-        Ok(found) => found,
-        Err(why) => {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "the browser test cannot run under CI: {why} (apt-get install chromium chromium-driver)"
-            );
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "http_console: skipped: {why} (apt-get install chromium chromium-driver to run it)"
-            );
-            return;
-        }
+    let Some((driver, chromium)) =
+        browser_or_skip("the_console_creates_prompts_streams_and_interrupts_in_a_browser")
+    else {
+        return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let server = ServerChild::spawn(
@@ -135,20 +176,7 @@ async fn the_console_creates_prompts_streams_and_interrupts_in_a_browser() {
     );
     let base = server.base.clone();
     let driver = Driver::start(&driver);
-    let mut capabilities = serde_json::Map::new();
-    capabilities.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "binary": chromium,
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                     "--disable-dev-shm-usage", "--window-size=1280,860"],
-        }),
-    );
-    let client = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
-        .capabilities(capabilities)
-        .connect(&driver.url)
-        .await
-        .expect("a browser session");
+    let client = open_browser(&driver, &chromium).await;
 
     client
         .goto(&format!("{base}/console"))
@@ -362,4 +390,360 @@ async fn the_console_creates_prompts_streams_and_interrupts_in_a_browser() {
     .await;
     client.close().await.expect("close the browser");
     drop(server);
+}
+
+/// Answers each input with two durable steps: `look up` completes at once with
+/// `{"found": <the prompt's text>}`; `act` waits for the gate, then fails on the turn's first
+/// attempt and completes on a later one. On the prompt `hang`, the first attempt's `act` never
+/// returns, and a later attempt waits for the gate before it starts `act` again.
+#[derive(Clone)]
+struct TwoSteps {
+    gate: Gate,
+}
+
+impl Runner for TwoSteps {
+    fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
+        let gate = self.gate.clone();
+        async move {
+            for input in turn.take_inputs().await? {
+                let text = input.prompt["text"].as_str().unwrap_or_default().to_owned();
+                let found = text.clone();
+                let _: Value = turn
+                    .step("look up", |_| async move {
+                        Ok::<_, String>(json!({ "found": found }))
+                    })
+                    .await?;
+                let hang = text == "hang";
+                if hang && turn.attempt() > 1 {
+                    gate.wait().await;
+                }
+                let gate = gate.clone();
+                let done: String = turn
+                    .step("act", |ctx| async move {
+                        if hang && ctx.turn_attempt() == 1 {
+                            std::future::pending::<()>().await;
+                        }
+                        gate.wait().await;
+                        match ctx.turn_attempt() {
+                            1 => Err("the provider refused".to_owned()),
+                            n => Ok(format!("done by attempt {n}")),
+                        }
+                    })
+                    .await?;
+                turn.append_message("assistant", json!({ "text": done }))
+                    .await?;
+            }
+            Ok(())
+        }
+        .boxed_local()
+    }
+}
+
+/// The steps panel's row of `step`, as `status|attempts|key|outcome` (empty when absent).
+async fn step_row(client: &fantoccini::Client, step: &str) -> String {
+    text(
+        client,
+        &format!(
+            "const r = document.querySelector('#steps tr[data-step=\"{step}\"]'); \
+             return r ? [r.dataset.status, ...[2, 3, 4].map(i => r.children[i].textContent)] \
+             .join('|') : '';"
+        ),
+    )
+    .await
+}
+
+/// Waits until the steps panel shows `step` with a status of `status`.
+async fn until_step(client: &fantoccini::Client, step: &str, status: &str) {
+    until(
+        client,
+        &format!("step {step} {status}"),
+        &format!(
+            "const r = document.querySelector('#steps tr[data-step=\"{step}\"]'); \
+             return !!r && r.dataset.status === '{status}' \
+             && r.querySelector('.pill').textContent === '{status}';"
+        ),
+    )
+    .await;
+}
+
+async fn click(client: &fantoccini::Client, id: &str) {
+    client
+        .find(Locator::Id(id))
+        .await
+        .unwrap_or_else(|e| panic!("#{id}: {e}"))
+        .click()
+        .await
+        .unwrap_or_else(|e| panic!("click #{id}: {e}"));
+}
+
+/// Opens `session`'s page and sends `prompt` from it.
+async fn prompt_from_page(client: &fantoccini::Client, base: &str, session: &str, prompt: &str) {
+    client
+        .goto(&format!("{base}/console#/s/{session}"))
+        .await
+        .expect("the session's page");
+    until(
+        client,
+        "the session's page, its log replayed",
+        &format!(
+            "return document.getElementById('session-title').textContent === '{session}' \
+             && !!document.querySelector('#log [data-type=\"session.created\"]');"
+        ),
+    )
+    .await;
+    client
+        .find(Locator::Id("prompt-text"))
+        .await
+        .expect("prompt field")
+        .send_keys(prompt)
+        .await
+        .expect("type");
+    click(client, "prompt-send").await;
+}
+
+#[actix_rt::test]
+async fn the_console_shows_a_turns_steps() {
+    let Some((driver, chromium)) = browser_or_skip("the_console_shows_a_turns_steps") else {
+        return;
+    };
+    let gate = Gate::new();
+    let server =
+        WebServer::start_with(HttpOptions::default(), TwoSteps { gate: gate.clone() }).await;
+    let base = server.base();
+    common::create(&server.runtime, "steps", None).await;
+    common::create(&server.runtime, "cut", None).await;
+    let driver = Driver::start(&driver);
+    let client = open_browser(&driver, &chromium).await;
+
+    // The first attempt: `look up` completed, `act` running (its body waits on the gate).
+    prompt_from_page(&client, &base, "steps", "fail once").await;
+    until_step(&client, "act", "running").await;
+    let turn = text(
+        &client,
+        "return document.getElementById('turn').textContent;",
+    )
+    .await;
+    let id = text(
+        &client,
+        "return document.getElementById('turn').dataset.turn;",
+    )
+    .await;
+    assert!(!id.is_empty(), "the turn id is shown: {turn}");
+    assert_eq!(turn, format!("#{id} · attempt 1 · live"));
+    let claim = text(
+        &client,
+        "return document.querySelector('#log [data-type=\"session.execution.started\"] .seq') \
+         .textContent;",
+    )
+    .await;
+    assert_eq!(id, claim, "the turn's id is the seq of its claim");
+    assert_eq!(
+        step_row(&client, "look up").await,
+        format!("completed|1|steps:{id}:look up|{{\"found\":\"fail once\"}}")
+    );
+    assert_eq!(
+        step_row(&client, "act").await,
+        format!("running|1|steps:{id}:act|")
+    );
+    let retry_hidden = "return document.getElementById('retry').hidden;";
+    assert_eq!(
+        client.execute(retry_hidden, vec![]).await.expect("script"),
+        json!(true)
+    );
+
+    // `act` fails, and with it the turn: the page offers a retry.
+    gate.release();
+    until_step(&client, "act", "failed").await;
+    until(
+        &client,
+        "the failed turn and the retry button",
+        "return document.getElementById('turn').textContent.endsWith('attempt 1 · failed') \
+         && !document.getElementById('retry').hidden;",
+    )
+    .await;
+    assert_eq!(
+        step_row(&client, "act").await,
+        format!("failed|1|steps:{id}:act|the provider refused")
+    );
+
+    // The retry, from the page: the same turn's second attempt replays `look up` and runs `act`
+    // again, which completes.
+    click(&client, "retry").await;
+    until_step(&client, "act", "completed").await;
+    until(
+        &client,
+        "the retried turn succeeded, no retry offered",
+        &format!(
+            "return document.getElementById('turn').textContent === '#{id} · attempt 2 · succeeded' \
+             && document.getElementById('retry').hidden;"
+        ),
+    )
+    .await;
+    assert_eq!(
+        step_row(&client, "act").await,
+        format!("completed|2|steps:{id}:act|\"done by attempt 2\"")
+    );
+    assert!(
+        step_row(&client, "look up")
+            .await
+            .starts_with("completed|1|"),
+        "a completed step is replayed, not run again"
+    );
+    assert_eq!(
+        text(
+            &client,
+            "return document.getElementById('error').textContent;"
+        )
+        .await,
+        ""
+    );
+    // A retry of a turn that succeeded: the page shows the 409.
+    client
+        .execute("document.getElementById('retry').click();", vec![])
+        .await
+        .expect("click the hidden button");
+    until(
+        &client,
+        "the 409 shown",
+        "const e = document.getElementById('error').textContent; \
+         return e.includes('409 not_retryable') && e.includes('the last turn succeeded');",
+    )
+    .await;
+
+    // Interrupted inside a step: the turn ended without its outcome, so it is ambiguous.
+    prompt_from_page(&client, &base, "cut", "hang").await;
+    until_step(&client, "act", "running").await;
+    click(&client, "interrupt").await;
+    until_step(&client, "act", "ambiguous").await;
+    until(
+        &client,
+        "the interrupted turn",
+        "return document.getElementById('turn').textContent.endsWith('attempt 1 · interrupted') \
+         && document.getElementById('retry').hidden;",
+    )
+    .await;
+    assert!(
+        step_row(&client, "act")
+            .await
+            .starts_with("ambiguous|1|cut:"),
+        "{}",
+        step_row(&client, "act").await
+    );
+    client.close().await.expect("close the browser");
+    server.stop().await;
+}
+
+/// A runtime with `runner` on `db` (its restart sweep on) and the HTTP server on `listener`, in
+/// this test's actix System.
+async fn serve_on(db: &Path, listener: TcpListener, runner: TwoSteps) -> (Runtime, ServerHandle) {
+    let runtime = Runtime::builder()
+        .database(db)
+        .runner(runner)
+        .arbiters(2)
+        .shutdown_grace(Duration::from_secs(2))
+        .start()
+        .await
+        .expect("runtime starts");
+    let app_runtime = runtime.clone();
+    let serve = http::ServeOptions {
+        workers: Some(1),
+        shutdown_timeout: Duration::from_secs(1),
+        signals: false,
+    };
+    let server = http::serve(vec![listener], &serve, move || {
+        App::new()
+            .configure(http::configure(app_runtime.clone(), HttpOptions::default()))
+            .default_service(web::to(http::not_found))
+    })
+    .expect("serve");
+    let handle = server.handle();
+    actix_rt::spawn(server);
+    (runtime, handle)
+}
+
+#[actix_rt::test]
+async fn the_console_shows_a_step_cut_by_a_restart_ambiguous() {
+    let Some((driver, chromium)) =
+        browser_or_skip("the_console_shows_a_step_cut_by_a_restart_ambiguous")
+    else {
+        return;
+    };
+    let _ = env_logger::builder().is_test(true).try_init();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("restart.db");
+    let gate = Gate::new();
+    let runner = TwoSteps { gate: gate.clone() };
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("local addr");
+    let base = format!("http://{addr}");
+    let (runtime, server) = serve_on(&db, listener, runner.clone()).await;
+    common::create(&runtime, "restart", None).await;
+    let driver = Driver::start(&driver);
+    let client = open_browser(&driver, &chromium).await;
+
+    prompt_from_page(&client, &base, "restart", "hang").await;
+    until_step(&client, "act", "running").await;
+    let id = text(
+        &client,
+        "return document.getElementById('turn').dataset.turn;",
+    )
+    .await;
+
+    // The shutdown cuts `act` off; the next runtime on the file resumes the turn (the restart
+    // notice, then its claim: attempt 2), and the drain waits before it starts `act` again.
+    server.stop(false).await;
+    runtime.shutdown().await;
+    let listener = TcpListener::bind(addr).expect("the same port again");
+    let (runtime, server) = serve_on(&db, listener, runner).await;
+    client.refresh().await.expect("reload the page");
+    until_step(&client, "act", "ambiguous").await;
+    until(
+        &client,
+        "the turn's second attempt",
+        &format!(
+            "return document.getElementById('turn').textContent === '#{id} · attempt 2 · live';"
+        ),
+    )
+    .await;
+    assert_eq!(
+        step_row(&client, "act").await,
+        format!("ambiguous|1|restart:{id}:act|")
+    );
+    assert!(
+        step_row(&client, "look up")
+            .await
+            .starts_with("completed|1|"),
+        "{}",
+        step_row(&client, "look up").await
+    );
+    assert!(
+        client
+            .execute(
+                "return !!document.querySelector('#log [data-type=\"session.synthetic\"]');",
+                vec![]
+            )
+            .await
+            .expect("script")
+            == json!(true),
+        "the restart notice is in the log"
+    );
+
+    // The second attempt runs `act` again (at least once), and it completes.
+    gate.release();
+    until_step(&client, "act", "completed").await;
+    until(
+        &client,
+        "the turn succeeded",
+        &format!(
+            "return document.getElementById('turn').textContent === '#{id} · attempt 2 · succeeded';"
+        ),
+    )
+    .await;
+    assert_eq!(
+        step_row(&client, "act").await,
+        format!("completed|2|restart:{id}:act|\"done by attempt 2\"")
+    );
+    client.close().await.expect("close the browser");
+    server.stop(false).await;
+    runtime.shutdown().await;
 }

@@ -4,6 +4,12 @@
 //! The page holds no data and is served without the token; everything it shows it reads
 //! through the public routes, with the token the operator types in (kept in the tab's
 //! `sessionStorage`) and event-stream tickets for its `EventSource`s.
+//!
+//! A session's page shows its current (or last) turn: its id and attempt, and each durable
+//! step with its status (running, completed, failed, or ambiguous: started, and the attempt
+//! that started it is over without its outcome), attempts, key and outcome. The page folds
+//! them from the session's events as the runtime folds its ledger. A retry button, shown when
+//! the last turn failed, calls `POST /sessions/{id}/retry`.
 
 use actix_web::http::header;
 use actix_web::HttpResponse;

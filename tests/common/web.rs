@@ -67,11 +67,16 @@ impl WebServer {
     /// Starts both, the server with `options` through `http::serve`, as the server example
     /// does.
     pub async fn start(options: HttpOptions, delay: Duration) -> Self {
+        Self::start_with(options, WordAgent { delay }).await
+    }
+
+    /// [`WebServer::start`] with another runner.
+    pub async fn start_with<R: Runner>(options: HttpOptions, runner: R) -> Self {
         let _ = env_logger::builder().is_test(true).try_init();
         let dir = tempfile::tempdir().expect("tempdir");
         let runtime = Runtime::builder()
             .database(dir.path().join("web.db"))
-            .runner(WordAgent { delay })
+            .runner(runner)
             .arbiters(2)
             .shutdown_grace(Duration::from_secs(2))
             .start()
