@@ -144,9 +144,11 @@
 //! `GET /console` ([`HttpOptions::console`], on by default) serves one self-contained page,
 //! embedded in the binary: the sessions list (title, directory, claimed or idle, the running
 //! turn and its age, resume attempts, last terminal), updated live from `GET /events`; a
-//! session's transcript and event log (replayed, then followed) with prompt, interrupt,
-//! resume and delete (forced, after a confirmation) buttons; the `/stats` figures. It uses only the routes above, with the token typed
-//! into it and tickets for its event streams; the page itself holds no data.
+//! session's transcript and event log (replayed, then followed), its current turn's durable
+//! steps (running, completed, failed or ambiguous), with prompt, interrupt, resume, retry (when
+//! the last turn failed) and delete (forced, after a confirmation) buttons; the `/stats`
+//! figures. It uses only the routes above, with the token typed into it and tickets for its
+//! event streams; the page itself holds no data.
 //!
 //! [actix-web]: https://actix.rs
 //! [`SessionInfo`]: crate::SessionInfo
