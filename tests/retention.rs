@@ -213,6 +213,67 @@ async fn retention_runs_by_itself_and_spares_running_turns() {
     runtime.stop().await;
 }
 
+/// The step records of an open turn are never compacted, even across a shutdown that keeps
+/// its claim: the resumed turn replays its completed steps instead of running them again.
+/// Once the turn ended, its records are old events like any other.
+#[actix_rt::test]
+async fn compaction_never_takes_the_steps_of_an_open_turn() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    let runner = ScriptedRunner::new();
+    let policy = RetainEvents::new(1, Duration::ZERO).interval(Duration::from_secs(3600));
+    let mut runtime = Harness::with(|b| b.retain_events(policy))
+        .start(&runner)
+        .await;
+    let s = create(&runtime, "s", None).await;
+    let bodies = Arc::new(AtomicU32::new(0));
+    let script = {
+        let bodies = bodies.clone();
+        Script::custom(move |turn: durable_sessions::Turn| {
+            let bodies = bodies.clone();
+            async move {
+                for name in ["a", "b", "c"] {
+                    turn.step::<String, _, _, _>(name, |_| async {
+                        bodies.fetch_add(1, Ordering::SeqCst);
+                        Ok::<_, std::convert::Infallible>(name.to_owned())
+                    })
+                    .await?;
+                }
+                if turn.attempt() == 1 {
+                    futures::future::pending::<()>().await;
+                }
+                Ok(())
+            }
+        })
+    };
+    runner.set_default(&s, script);
+    let handle = runtime.execution().start_resume(&s).await.unwrap();
+    common::wait_for("three steps", || bodies.load(Ordering::SeqCst) == 3).await;
+    let steps = |path: &std::path::Path| {
+        durable_sessions::testing::events_of_kind(path, &s, kind::STEP_COMPLETED)
+            .unwrap()
+            .len()
+    };
+    actix_rt::time::sleep(Duration::from_millis(5)).await; // the newest event is in the past
+    assert_eq!(runtime.compact_events().await.unwrap(), 0, "a turn is open");
+    assert_eq!(steps(runtime.path()), 3);
+    runtime.stop().await;
+    handle.outcome().await.unwrap();
+    // Shut down: the turn keeps its claim, so it is still open.
+    runtime.restart(&runner, |b| b.retain_events(policy)).await;
+    actix_rt::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(runtime.compact_events().await.unwrap(), 0, "still open");
+    let report = runtime.resume_suspended_sessions().await.unwrap();
+    assert_eq!(report.resumed, vec![s.clone()]);
+    runner.wait_for_drains_of(&s, 2, WAIT).await;
+    runtime.execution().await_idle(&s).await.unwrap();
+    assert_eq!(bodies.load(Ordering::SeqCst), 3, "the completed steps replayed");
+    actix_rt::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(runtime.compact_events().await.unwrap(), 1, "the turn ended");
+    assert!(runtime.sessions().log_start(&s).await.unwrap() > 0);
+    runtime.stop().await;
+}
+
 /// After a clean shutdown the write-ahead log is empty (or gone): the writer checkpointed and
 /// truncated it after its last write.
 #[actix_rt::test]
