@@ -32,14 +32,17 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// Promotes every pending prompt and answers each with an `assistant` message; sessions whose id
 /// starts with `slow` promote, then never finish (until interrupted); sessions whose id starts
-/// with `live` publish three live-only `agent.delta` events (`{"i"}`) before each answer.
+/// with `live` publish three live-only `agent.delta` events (`{"i"}`) before each answer;
+/// sessions whose id starts with `flaky` fail the first attempt of each turn.
 struct TestAgent;
 
 impl Runner for TestAgent {
     fn drain(&self, turn: Turn) -> LocalBoxFuture<'static, Result<(), RunError>> {
         async move {
-            let mut promoted = turn.promote_steer(None).await?;
-            promoted.extend(turn.promote_queue().await?);
+            let promoted = turn.take_inputs().await?;
+            if turn.session_id().as_str().starts_with("flaky") && turn.attempt() == 1 {
+                return Err(RunError::Other("429 from the provider".into()));
+            }
             if turn.session_id().as_str().starts_with("slow") {
                 futures::future::pending::<()>().await;
             }
@@ -743,6 +746,42 @@ async fn interrupt_resume_and_stats_report_turns_and_claims() {
     h.stop().await;
 }
 
+/// `POST /retry` runs the next attempt of a failed turn (200, how it ended) and is 409
+/// `not_retryable` when the last turn did not fail, 404 for an unknown session.
+#[actix_rt::test]
+async fn retry_is_200_after_a_failed_turn_and_409_otherwise() {
+    let h = Harness::start(HttpOptions::new()).await;
+    let api = &h.api;
+    h.session("flaky").await;
+    let (status, body) = api.post("/sessions/flaky/retry", json!(null)).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::CONFLICT, "not_retryable"),
+        "{body}"
+    );
+    assert!(body.to_string().contains("no turn has run"), "{body}");
+    let (status, terminal) = api.post("/sessions/flaky/resume", json!(null)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(terminal["type"], json!("failed"), "{terminal}");
+    let (status, terminal) = api.post("/sessions/flaky/retry", json!(null)).await;
+    assert_eq!(
+        (status, terminal),
+        (StatusCode::OK, json!({ "type": "succeeded" }))
+    );
+    let (status, body) = api.post("/sessions/flaky/retry", json!(null)).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::CONFLICT, "not_retryable")
+    );
+    assert!(body.to_string().contains("succeeded"), "{body}");
+    let (status, body) = api.post("/sessions/nope/retry", json!(null)).await;
+    assert_eq!(
+        (status, error_type(&body)),
+        (StatusCode::NOT_FOUND, "not_found")
+    );
+    h.stop().await;
+}
+
 #[actix_rt::test]
 async fn bodies_over_the_limit_are_413() {
     let h = Harness::start(HttpOptions::new().max_body_bytes(1024)).await;
@@ -780,6 +819,7 @@ async fn a_token_guards_every_route_but_healthz() {
         (Method::POST, "/sessions/s/prompt"),
         (Method::POST, "/sessions/s/interrupt"),
         (Method::POST, "/sessions/s/resume"),
+        (Method::POST, "/sessions/s/retry"),
         (Method::GET, "/sessions/s/messages"),
         (Method::GET, "/sessions/s/messages/m"),
         (Method::GET, "/sessions/s/events"),

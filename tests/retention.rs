@@ -267,7 +267,11 @@ async fn compaction_never_takes_the_steps_of_an_open_turn() {
     assert_eq!(report.resumed, vec![s.clone()]);
     runner.wait_for_drains_of(&s, 2, WAIT).await;
     runtime.execution().await_idle(&s).await.unwrap();
-    assert_eq!(bodies.load(Ordering::SeqCst), 3, "the completed steps replayed");
+    assert_eq!(
+        bodies.load(Ordering::SeqCst),
+        3,
+        "the completed steps replayed"
+    );
     actix_rt::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(runtime.compact_events().await.unwrap(), 1, "the turn ended");
     assert!(runtime.sessions().log_start(&s).await.unwrap() > 0);
