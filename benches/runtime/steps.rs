@@ -10,8 +10,12 @@
 //!   of the per-repeat ratios).
 //! - *Latency* (c = 1): turns of 10 steps; before each step a raw single-row commit on a copy
 //!   of the database beside it (as `latency` times its baseline), then the step, then one
-//!   `append_message`, each timed inside the drain. Target: a step's p50 ≤ 2 commits + 100 µs,
-//!   judged per repeat against the commits timed beside it.
+//!   `append_message`, then a *bare step*, each timed inside the drain. Target: a step's p50 ≤
+//!   2 commits + 100 µs, judged per repeat against the commits timed beside it. The bare step is
+//!   the floor of a step under this architecture: two raw event-insert transactions (`Raw::
+//!   claim_shaped`: the next seq, an event, a claim row) on a plain writer thread (on a copy of
+//!   its own), each reached from the drain as a step reaches the runtime's writer (drain →
+//!   writer → drain), with nothing of the runtime.
 //! - *Replay* (NORMAL): a turn records 1,000 steps and fails; `Sessions::retry` runs its next
 //!   attempt, whose drain calls the same 1,000 steps: each returns the recorded value without
 //!   running its body (the harness checks that no body ran). Timed from the drain's first
@@ -262,13 +266,85 @@ struct Latencies {
     outcomes: Vec<f64>,
     /// `Turn::append_message` call → its return, one after each step.
     appends: Vec<f64>,
+    /// A bare step ([`BareWriter::step`]) call → its return, one after each append.
+    bare: Vec<f64>,
 }
 
 /// The latency drain: per step, a raw commit, the step and an append, each timed.
 struct Timed {
     raw: Mutex<Raw>,
+    bare: BareWriter,
     payload: Value,
     out: Mutex<Latencies>,
+}
+
+/// A write for the bare writer thread and where to answer.
+type Job = tokio::sync::oneshot::Sender<rusqlite::Result<()>>;
+
+/// A plain writer thread doing raw event-insert transactions ([`Raw::claim_shaped`]), each
+/// answered over a oneshot: what a step's two records cost from a drain without the runtime.
+struct BareWriter {
+    tx: Mutex<Option<std::sync::mpsc::Sender<Job>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl BareWriter {
+    /// Starts the thread, committing to `path` with `sync`.
+    fn start(path: &Path, sync: Synchronous, ids: &[SessionId]) -> BenchResult<Self> {
+        let mut raw = Raw::open(path, sync, ids)?;
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("bench-bare-step-writer".into())
+            .spawn(move || {
+                for answer in rx {
+                    let _ = answer.send(raw.claim_shaped());
+                }
+            })?;
+        Ok(Self {
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// One raw event-insert transaction on the writer thread, awaited.
+    async fn commit(&self) -> Result<(), RunError> {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let sent = self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            .is_some_and(|tx| tx.send(answer).is_ok());
+        if !sent {
+            return Err(RunError::Other("the bare writer stopped".into()));
+        }
+        answered
+            .await
+            .map_err(|_| RunError::Other("the bare writer stopped".into()))?
+            .map_err(|e| RunError::Other(e.to_string()))
+    }
+
+    /// A bare step: two transactions, one after the other.
+    async fn step(&self) -> Result<(), RunError> {
+        self.commit().await?;
+        self.commit().await
+    }
+
+    /// Stops the thread.
+    fn stop(&self) {
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -306,12 +382,16 @@ impl Runner for TimedRunner {
                 turn.append_message("assistant", state.payload.clone())
                     .await?;
                 let append = us(t);
+                let t = Instant::now();
+                state.bare.step().await?;
+                let bare = us(t);
                 let mut out = state.out.lock().unwrap_or_else(PoisonError::into_inner);
                 out.commits.push(commit);
                 out.steps.push(step);
                 out.intents.push(intent);
                 out.outcomes.push(step - intent);
                 out.appends.push(append);
+                out.bare.push(bare);
             }
             Ok(())
         }
@@ -328,34 +408,47 @@ fn latency(ctx: &Ctx) -> BenchResult<Vec<Row>> {
     // The raw commits go to a copy beside it: another connection writing the same file would
     // invalidate the runtime's page caches.
     let raw_path = ctx.dir.join("steps-latency-raw.db");
-    // Per sync: [commit, step, append, intent, outcome] p50s, and step p99s, per repeat.
-    let mut p50: [[Vec<f64>; 5]; 2] = Default::default();
+    // The bare steps' writer commits to a copy of its own, for the same reason.
+    let bare_path = ctx.dir.join("steps-latency-bare.db");
+    // Per sync: [commit, step, append, intent, outcome, bare step] p50s, and step p99s, per
+    // repeat.
+    let mut p50: [[Vec<f64>; 6]; 2] = Default::default();
     let mut p99: [Vec<f64>; 2] = Default::default();
     for repeat in 0..ctx.repeats {
         for (i, sync) in SYNCS.into_iter().enumerate() {
             db::copy(&template, &path)?;
             db::copy(&template, &raw_path)?;
-            let s = actix_rt::System::new()
-                .block_on(timed_turns(&path, &raw_path, sync, &ids[0], turns))?;
-            let all = [&s.commits, &s.steps, &s.appends, &s.intents, &s.outcomes];
+            db::copy(&template, &bare_path)?;
+            let s = actix_rt::System::new().block_on(timed_turns(
+                &path, &raw_path, &bare_path, sync, &ids[0], turns,
+            ))?;
+            let all = [
+                &s.commits,
+                &s.steps,
+                &s.appends,
+                &s.intents,
+                &s.outcomes,
+                &s.bare,
+            ];
             for (k, samples) in all.into_iter().enumerate() {
                 p50[i][k].push(percentile(samples, 50.0));
             }
             p99[i].push(percentile(&s.steps, 99.0));
             ctx.log(format_args!(
                 "steps repeat {repeat} {}: commit p50 {:.0} µs, step p50 {:.0} µs \
-                 (intent {:.0}, outcome {:.0}), append p50 {:.0} µs",
+                 (intent {:.0}, outcome {:.0}), append p50 {:.0} µs, bare step p50 {:.0} µs",
                 sync.as_pragma(),
                 p50[i][0][repeat],
                 p50[i][1][repeat],
                 p50[i][3][repeat],
                 p50[i][4][repeat],
-                p50[i][2][repeat]
+                p50[i][2][repeat],
+                p50[i][5][repeat]
             ));
         }
     }
     let mut rows = Vec::new();
-    for ((sync, [c50, s50, a50, i50, o50]), s99) in SYNCS.into_iter().zip(p50).zip(p99) {
+    for ((sync, [c50, s50, a50, i50, o50, b50]), s99) in SYNCS.into_iter().zip(p50).zip(p99) {
         let name = sync.as_pragma();
         let commit = Row::new(NAME, format!("commit p50 c=1 {name}"), "µs", c50);
         let append = Row::new(NAME, format!("append p50 c=1 {name}"), "µs", a50)
@@ -383,7 +476,24 @@ fn latency(ctx: &Ctx) -> BenchResult<Vec<Row>> {
         let outcome = Row::new(NAME, format!("step outcome p50 c=1 {name}"), "µs", o50)
             .vs(&commit)
             .note("the body's start -> Turn::step returns: the outcome's commit");
-        rows.extend([commit, step, step99, intent, outcome, append]);
+        let bare = Row::new(NAME, format!("bare step p50 c=1 {name}"), "µs", b50)
+            .vs(&commit)
+            .note("two raw event-insert transactions (next seq, event, claim row) on a plain writer thread, each reached from the drain as a step reaches the runtime's writer (drain -> writer -> drain, twice), no runtime: the floor of a step under this architecture");
+        // The runtime's own share of a step: per repeat, its p50 less the bare step's.
+        let share: Vec<f64> = step
+            .samples
+            .iter()
+            .zip(&bare.samples)
+            .map(|(s, b)| s - b)
+            .collect();
+        let share = Row::new(
+            NAME,
+            format!("step p50 - bare step p50 c=1 {name}"),
+            "µs",
+            share,
+        )
+        .note("per repeat: what the runtime adds to a step's two commits and hand-offs");
+        rows.extend([commit, step, step99, intent, outcome, append, bare, share]);
     }
     Ok(rows)
 }
@@ -392,12 +502,15 @@ fn latency(ctx: &Ctx) -> BenchResult<Vec<Row>> {
 async fn timed_turns(
     path: &Path,
     raw_path: &Path,
+    bare_path: &Path,
     sync: Synchronous,
     id: &SessionId,
     turns: usize,
 ) -> BenchResult<Latencies> {
+    let ids = std::slice::from_ref(id);
     let state = Arc::new(Timed {
-        raw: Mutex::new(Raw::open(raw_path, sync, std::slice::from_ref(id))?),
+        raw: Mutex::new(Raw::open(raw_path, sync, ids)?),
+        bare: BareWriter::start(bare_path, sync, ids)?,
         payload: payload(),
         out: Mutex::default(),
     });
@@ -418,6 +531,7 @@ async fn timed_turns(
         expect_success(timed(exec.resume(id)).await??)?;
     }
     rt.shutdown().await;
+    state.bare.stop();
     let out = std::mem::take(&mut *state.out.lock().unwrap_or_else(PoisonError::into_inner));
     Ok(out)
 }
