@@ -270,7 +270,8 @@ struct Latencies {
     bare: Vec<f64>,
 }
 
-/// The latency drain: per step, a raw commit, the step and an append, each timed.
+/// What the latency drain shares with the harness: the raw connection, the bare writer and
+/// the samples.
 struct Timed {
     raw: Mutex<Raw>,
     bare: BareWriter,
@@ -347,6 +348,7 @@ impl BareWriter {
     }
 }
 
+/// The latency drain: per step, a raw commit, the step, an append and a bare step, each timed.
 #[derive(Clone)]
 struct TimedRunner(Arc<Timed>);
 
@@ -536,6 +538,7 @@ async fn timed_turns(
     Ok(out)
 }
 
+/// Fails unless the turn succeeded.
 fn expect_success(terminal: Terminal) -> BenchResult<()> {
     if terminal == Terminal::Succeeded {
         Ok(())
@@ -544,8 +547,7 @@ fn expect_success(terminal: Terminal) -> BenchResult<()> {
     }
 }
 
-/// The replay drain: its first attempt records [`REPLAYED`] steps and fails; a later attempt
-/// calls them again and notes when it started and when the last one returned.
+/// What the replay drain notes for the harness.
 #[derive(Debug, Default)]
 struct ReplayState {
     /// Bodies run by attempts after the first (must stay 0).
@@ -554,6 +556,8 @@ struct ReplayState {
     spans: Mutex<Vec<(Instant, Instant)>>,
 }
 
+/// The replay drain: its first attempt records [`REPLAYED`] steps and fails; a later attempt
+/// calls them again and notes when it started and when the last one returned.
 #[derive(Debug, Clone)]
 struct ReplayRunner {
     state: Arc<ReplayState>,
