@@ -8,6 +8,8 @@
 //! stored events), `sse` (10,000 idle event streams and 1,000 on one hot session, over HTTP),
 //! `stream` (live-only events to 100 in-process subscribers), `growth` (the same workload on
 //! databases of 1,000 to 1,000,000 sessions in steady state, and a 10,000-message transcript),
+//! `steps` (durable steps against appends of the same payload at concurrency 1 and 1,000, a
+//! step's latency against a commit's, and the replay of a retried turn's 1,000 steps),
 //! `postgres` (feature `testing-postgres`: turns/s on one and three nodes, latency and takeover on a
 //! throwaway local PostgreSQL). No scenario named runs them all (`postgres` only when built with
 //! its feature).
@@ -54,6 +56,8 @@ mod sse;
 #[cfg(feature = "http")]
 #[path = "runtime/sse_server.rs"]
 mod sse_server;
+#[path = "runtime/steps.rs"]
+mod steps;
 #[path = "runtime/stream.rs"]
 mod stream;
 #[path = "runtime/sweep.rs"]
@@ -75,8 +79,8 @@ pub type BenchResult<T> = Result<T, Box<dyn std::error::Error>>;
 pub const REPEATS: usize = 3;
 
 /// Every scenario, in the order they run.
-const SCENARIOS: [&str; 10] = [
-    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "stream", "growth",
+const SCENARIOS: [&str; 11] = [
+    "ceiling", "turns", "latency", "sweep", "memory", "events", "sse", "stream", "growth", "steps",
     "postgres",
 ];
 
@@ -136,6 +140,7 @@ fn run_scenario(name: &str, ctx: &Ctx) -> BenchResult<Vec<Row>> {
         "sse" => sse::run(ctx),
         "stream" => stream::run(ctx),
         "growth" => growth::run(ctx),
+        "steps" => steps::run(ctx),
         #[cfg(feature = "testing-postgres")]
         "postgres" => postgres::run(ctx),
         #[cfg(not(feature = "testing-postgres"))]
