@@ -212,7 +212,13 @@ pub(crate) enum LastTurn {
 pub(crate) fn last_turn(events: &[EventRecord], complete: bool) -> Result<LastTurn, StoreError> {
     let mut terminal: Option<Box<SessionEvent>> = None;
     let mut earliest: Option<u64> = None;
-    for ev in events.iter().rev() {
+    // Only claims and terminals say where a turn starts and how it ended: the turn's other
+    // events (its steps, often most of its log) are skipped undecoded.
+    let claims_and_terminals = events
+        .iter()
+        .rev()
+        .filter(|ev| ev.kind.starts_with("session.execution."));
+    for ev in claims_and_terminals {
         let Some(event) = SessionEvent::of_turn(&ev.kind, &ev.data) else {
             continue;
         };
