@@ -280,6 +280,20 @@ impl SessionEvent {
         }
     }
 
+    /// The [`Terminal`] a turn terminal event records; `None` for any other event.
+    pub(crate) fn as_terminal(&self) -> Option<Terminal> {
+        match self {
+            SessionEvent::ExecutionSucceeded {} => Some(Terminal::Succeeded),
+            SessionEvent::ExecutionFailed { error } => Some(Terminal::Failed {
+                error: error.clone(),
+            }),
+            SessionEvent::ExecutionInterrupted { reason } => {
+                Some(Terminal::Interrupted { reason: *reason })
+            }
+            _ => None,
+        }
+    }
+
     /// The restart notice for `session`.
     pub fn restart_notice(session: &SessionId) -> Self {
         SessionEvent::RestartNotice {

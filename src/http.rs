@@ -43,6 +43,7 @@
 //! | `POST /sessions/{id}/interrupt` | | 200 `{"interrupted": bool}`, 404 |
 //! | `POST /sessions/{id}/resume` | | 200 how the turn ended: a [`Terminal`] such as `{"type": "succeeded"}` |
 //! | `POST /sessions/{id}/retry` | | 200 how the next attempt of the last turn, which failed, ended; 409 `not_retryable` (with why) otherwise |
+//! | `GET /sessions/{id}/steps` | | 200 the steps of the last turn, a [`TurnSteps`] `{turn, attempt, open, steps: [{name, key, attempts, turn_attempt, status, result?, error?}]}`, or `null` before any turn; 404 |
 //! | `GET /sessions/{id}/messages` | `?limit=&order=asc\|desc&cursor=<message id>&direction=previous\|next` | 200 `[Message]` |
 //! | `GET /sessions/{id}/messages/{message_id}` | | 200 [`Message`], 404 |
 //! | `GET /sessions/{id}/events` | `?after=<seq>`, header `Last-Event-ID`, `?ticket=` | `text/event-stream` |
@@ -154,6 +155,7 @@
 //! [`SessionInfo`]: crate::SessionInfo
 //! [`Admission`]: crate::Admission
 //! [`Terminal`]: crate::Terminal
+//! [`TurnSteps`]: crate::TurnSteps
 //! [`Message`]: crate::Message
 //! [`EventRecord`]: crate::EventRecord
 //! [`LiveEvent`]: crate::LiveEvent
@@ -387,6 +389,7 @@ pub fn configure(runtime: Runtime, options: HttpOptions) -> impl FnOnce(&mut web
             .service(guarded("/sessions/{id}/interrupt").route(web::post().to(sessions::interrupt)))
             .service(guarded("/sessions/{id}/resume").route(web::post().to(sessions::resume)))
             .service(guarded("/sessions/{id}/retry").route(web::post().to(sessions::retry)))
+            .service(guarded("/sessions/{id}/steps").route(web::get().to(sessions::steps)))
             .service(guarded("/sessions/{id}/messages").route(get_or_head().to(sessions::messages)))
             .service(
                 guarded("/sessions/{id}/messages/{message_id}")

@@ -259,7 +259,7 @@ pub use service::{
     CreateSession, Creation, PromptInput, SessionEvents, SessionStream, Sessions, StreamItem,
     MAX_JSON_DEPTH, MAX_MODEL_BYTES, MAX_PAGE_SIZE, MAX_TEXT_BYTES,
 };
-pub use step::{StepContext, StepRecord, StepStatus};
+pub use step::{StepContext, StepRecord, StepStatus, TurnSteps};
 pub use turn::{Turn, TurnCause, MAX_STEP_RESULT_BYTES};
 
 /// The README's examples, compiled as doctests.

@@ -53,6 +53,24 @@ impl StepRecord {
     }
 }
 
+/// The steps of a session's last turn ([`crate::Sessions::steps`], `GET
+/// /sessions/{id}/steps`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct TurnSteps {
+    /// The turn's id ([`crate::Turn::id`]).
+    pub turn: u64,
+    /// Its attempts so far ([`crate::Turn::attempt`] of the latest).
+    pub attempt: u32,
+    /// Whether it holds the session's claim (running, or left for the restart sweep): a
+    /// started step of its latest attempt may still be running; any other is ambiguous.
+    pub open: bool,
+    /// How it ended; `None` while it is open.
+    pub terminal: Option<crate::outcome::Terminal>,
+    /// Its steps, in the order they first started.
+    pub steps: Vec<StepRecord>,
+}
+
 /// The idempotency key of step `step` of turn `turn` of `session`: `session:turn:step`, the
 /// same in every attempt of the turn, for an external API that deduplicates on a key.
 pub(crate) fn step_key(session: &str, turn: u64, step: &str) -> String {

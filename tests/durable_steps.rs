@@ -339,6 +339,28 @@ async fn a_retried_failed_turn_reuses_its_completed_steps() {
     let answered: Vec<&Message> = replies.iter().filter(|m| m.kind == "assistant").collect();
     assert_eq!(answered.len(), 1);
     assert_eq!(answered[0].data["reply_to"], json!("p1"));
+    // The ledger as the session reads it back: one turn, two attempts, both steps completed.
+    let ledger = runtime
+        .sessions()
+        .steps(&s)
+        .await
+        .unwrap()
+        .expect("a turn ran");
+    assert_eq!(json!(ledger.turn), seen[0]["id"]);
+    assert_eq!((ledger.attempt, ledger.open), (2, false));
+    assert_eq!(ledger.terminal, Some(Terminal::Succeeded));
+    let steps: Vec<(String, u32, bool)> = ledger
+        .steps
+        .iter()
+        .map(|s| {
+            let done = matches!(s.status, StepStatus::Completed { .. });
+            (s.name.clone(), s.attempts, done)
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [("tool:1".into(), 1, true), ("tool:2".into(), 2, true)]
+    );
     // The retry's claim names its turn.
     let claims = testing::events_of_kind(runtime.path(), &s, kind::EXECUTION_STARTED).unwrap();
     assert_eq!(claims.len(), 2);
@@ -362,6 +384,7 @@ async fn retry_of_a_turn_that_did_not_fail_is_refused() {
         refused(sessions.retry(&s).await),
         Some(NotRetryable::NoTurn)
     );
+    assert_eq!(sessions.steps(&s).await.unwrap(), None, "no turn has run");
     runner.push(&s, Script::Complete);
     runtime.execution().resume(&s).await.unwrap();
     assert_eq!(

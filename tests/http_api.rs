@@ -774,6 +774,16 @@ async fn retry_is_200_after_a_failed_turn_and_409_otherwise() {
         (StatusCode::CONFLICT, "not_retryable")
     );
     assert!(body.to_string().contains("succeeded"), "{body}");
+    let (status, steps) = api.get("/sessions/flaky/steps").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (&steps["attempt"], &steps["open"], &steps["terminal"]),
+        (&json!(2), &json!(false), &json!({ "type": "succeeded" })),
+        "{steps}"
+    );
+    assert_eq!(steps["steps"], json!([]), "the test agent runs no step");
+    let (status, _) = api.get("/sessions/nope/steps").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, body) = api.post("/sessions/nope/retry", json!(null)).await;
     assert_eq!(
         (status, error_type(&body)),
@@ -820,6 +830,7 @@ async fn a_token_guards_every_route_but_healthz() {
         (Method::POST, "/sessions/s/interrupt"),
         (Method::POST, "/sessions/s/resume"),
         (Method::POST, "/sessions/s/retry"),
+        (Method::GET, "/sessions/s/steps"),
         (Method::GET, "/sessions/s/messages"),
         (Method::GET, "/sessions/s/messages/m"),
         (Method::GET, "/sessions/s/events"),

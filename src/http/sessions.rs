@@ -220,6 +220,17 @@ pub(super) async fn retry(
     Ok(HttpResponse::Ok().json(terminal))
 }
 
+/// `GET /sessions/{id}/steps`: the steps of the session's last turn (a [`crate::TurnSteps`]), or
+/// `null` when no turn has run.
+pub(super) async fn steps(
+    req: HttpRequest,
+    state: web::Data<State>,
+) -> Result<HttpResponse, ApiError> {
+    let id = extract::session_id(&req)?;
+    let steps = state.runtime.sessions().steps(&id).await?;
+    Ok(HttpResponse::Ok().json(steps))
+}
+
 /// `GET /sessions/{id}/messages` query.
 #[derive(Debug, Deserialize)]
 struct MessagesParams {

@@ -10,6 +10,7 @@ use crate::event::{EventRecord, SessionEvent};
 use crate::id::SessionId;
 use crate::outcome::InterruptReason;
 use crate::records::Resumption;
+use crate::step::TurnSteps;
 
 /// Events read per page when a turn's ledger is loaded or the log is searched backwards for
 /// its last turn.
@@ -52,19 +53,30 @@ impl Journal {
     ) -> Result<Ledger, StoreError> {
         self.inner
             .persistence
+            .read(move |conn| ledger_of(conn, &session, turn))
+            .await
+    }
+
+    /// The steps of the session's last turn, `None` when no turn has run (read on a reader).
+    pub(crate) async fn last_turn_steps(
+        &self,
+        session: SessionId,
+    ) -> Result<Option<TurnSteps>, StoreError> {
+        self.inner
+            .persistence
             .read(move |conn| {
-                let mut events = Vec::new();
-                let mut after = turn.checked_sub(1);
-                loop {
-                    let page = conn.events_after(&session, after, PAGE)?;
-                    let full = page.len() == PAGE;
-                    after = page.last().map(|e| e.seq).or(after);
-                    events.extend(page);
-                    if !full {
-                        break;
-                    }
-                }
-                Ledger::fold(turn, &events)
+                let LastTurn::Turn { id, terminal } = find_last_turn(conn, &session)? else {
+                    return Ok(None);
+                };
+                let ledger = ledger_of(conn, &session, id)?;
+                let open = conn.claim_seq(&session)?.is_some();
+                Ok(Some(TurnSteps {
+                    turn: id,
+                    attempt: ledger.attempt,
+                    open,
+                    terminal: terminal.filter(|_| !open).and_then(|t| t.as_terminal()),
+                    steps: ledger.steps(),
+                }))
             })
             .await
     }
@@ -124,6 +136,26 @@ impl Journal {
             })
             .await
     }
+}
+
+/// The ledger of turn `turn`: its events read from its first claim on, a page at a time.
+fn ledger_of(
+    store: &mut dyn super::backend::Store,
+    session: &SessionId,
+    turn: u64,
+) -> Result<Ledger, StoreError> {
+    let mut events = Vec::new();
+    let mut after = turn.checked_sub(1);
+    loop {
+        let page = store.events_after(session, after, PAGE)?;
+        let full = page.len() == PAGE;
+        after = page.last().map(|e| e.seq).or(after);
+        events.extend(page);
+        if !full {
+            break;
+        }
+    }
+    Ledger::fold(turn, &events)
 }
 
 /// The session's last turn: the end of its log read backwards a page at a time until the

@@ -109,6 +109,17 @@ impl Sessions {
         self.execution().retry(session_id).await
     }
 
+    /// The steps of the session's last turn, as its ledger holds them (every attempt's), with
+    /// the turn's id and attempt and whether it still holds the claim; `None` when no turn has
+    /// run. Read from the session's log.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when the session is not stored; [`Error::Store`] when a read fails.
+    pub async fn steps(&self, session_id: &SessionId) -> Result<Option<crate::TurnSteps>> {
+        self.require(session_id).await?;
+        Ok(self.journal.last_turn_steps(session_id.clone()).await?)
+    }
+
     /// Waits for the turn that serves the admitted prompt `admission` and returns how it
     /// ended: the first turn terminal that releases the claim after the prompt's
     /// `session.prompt.promoted` (a shutdown's keeps the claim, so the resumed turn's counts).
@@ -149,7 +160,9 @@ impl Sessions {
                     );
                     match decoded {
                         Ok(ended) if ended.releases_claim() => {
-                            return Ok(terminal_of(ended));
+                            if let Some(terminal) = ended.as_terminal() {
+                                return Ok(terminal);
+                            }
                         }
                         _ => {}
                     }
@@ -185,15 +198,5 @@ impl Sessions {
         event.ok_or_else(|| Error::NotFound {
             session_id: session_id.clone(),
         })
-    }
-}
-
-/// The [`Terminal`] a terminal event records.
-fn terminal_of(event: crate::event::SessionEvent) -> Terminal {
-    use crate::event::SessionEvent;
-    match event {
-        SessionEvent::ExecutionFailed { error } => Terminal::Failed { error },
-        SessionEvent::ExecutionInterrupted { reason } => Terminal::Interrupted { reason },
-        _ => Terminal::Succeeded,
     }
 }
