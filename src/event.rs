@@ -448,6 +448,32 @@ mod tests {
                 json!({ "sessionID": "s", "messageID": "m", "model": "gpt" }),
             ),
             (
+                SessionEvent::ExecutionStarted {
+                    boot: "b".into(),
+                    turn: Some(7),
+                },
+                json!({ "boot": "b", "turn": 7 }),
+            ),
+            (
+                SessionEvent::StepStarted {
+                    turn: 7,
+                    step: "pay".into(),
+                    attempt: 2,
+                    key: "s:7:pay".into(),
+                },
+                json!({ "turn": 7, "step": "pay", "attempt": 2, "key": "s:7:pay" }),
+            ),
+            (
+                SessionEvent::StepFailed {
+                    turn: 7,
+                    step: "pay".into(),
+                    attempt: 2,
+                    error: SessionError::new("step", "429"),
+                },
+                json!({ "turn": 7, "step": "pay", "attempt": 2,
+                        "error": { "type": "step", "message": "429" } }),
+            ),
+            (
                 SessionEvent::restart_notice(&s),
                 json!({
                     "sessionID": "s",
@@ -465,6 +491,9 @@ mod tests {
                 event.kind()
             );
             if let Some(decoded) = SessionEvent::projected(event.kind(), &data) {
+                assert_eq!(decoded?, event);
+            }
+            if let Some(decoded) = SessionEvent::of_turn(event.kind(), &data) {
                 assert_eq!(decoded?, event);
             }
         }
