@@ -324,6 +324,7 @@ impl SessionActor {
         // The turn's ledger: kept by its execution across drains; a resumed or retried turn's
         // is read from the store before its drain runs.
         let kept = self.coordinator.memory().and_then(|m| m.clone());
+        let first = kept.is_none() && recovery.is_none();
         let shared = |ledger| Arc::new(Mutex::new(ledger));
         let (ledger, load) = match (&recovery, kept) {
             (Some(resumption), _) => (
@@ -348,6 +349,7 @@ impl SessionActor {
             committed: committed.unwrap_or(0),
             live: self.env.live.clone(),
             ledger,
+            first,
         };
         let turn = Turn::new(self.env.journal.clone(), self.id.clone(), cause, setup);
         let runner = self.env.runner.clone();

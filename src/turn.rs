@@ -126,6 +126,8 @@ pub struct Turn {
     live: Arc<dyn LiveSink>,
     /// The turn's id, attempt and steps, shared by the drains of one execution.
     ledger: Arc<Mutex<Ledger>>,
+    /// No drain of the turn ran before this one.
+    first: bool,
 }
 
 impl std::fmt::Debug for Turn {
@@ -153,6 +155,8 @@ pub(crate) struct TurnSetup {
     pub(crate) live: Arc<dyn LiveSink>,
     /// The turn's ledger (its id, attempt and steps), shared by the drains of its execution.
     pub(crate) ledger: Arc<Mutex<Ledger>>,
+    /// No drain of the turn ran before this one.
+    pub(crate) first: bool,
 }
 
 impl Turn {
@@ -177,6 +181,7 @@ impl Turn {
             }),
             live: setup.live,
             ledger: setup.ledger,
+            first: setup.first,
         }
     }
 
@@ -266,10 +271,15 @@ impl Turn {
     }
 
     /// Which attempt of the turn this drain belongs to: 1 for the first, then one more for each
-    /// resume (after a crash, a shutdown or a store fault) and each retry. A drain of attempt 1
-    /// whose [`Turn::steps`] are empty is the turn's first.
+    /// resume (after a crash, a shutdown or a store fault) and each retry.
     pub fn attempt(&self) -> u32 {
         self.ledger().attempt
+    }
+
+    /// Whether this drain is the turn's very first: attempt 1, and no drain of the turn ran
+    /// before it (a turn may run several drains, when prompts arrive while it runs).
+    pub fn is_first_drain(&self) -> bool {
+        self.first
     }
 
     /// The turn's steps as its ledger holds them (every attempt's), in the order they first

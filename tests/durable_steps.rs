@@ -293,6 +293,7 @@ async fn a_retried_failed_turn_reuses_its_completed_steps() {
                     })
                     .await;
                 seen.push(json!({ "id": turn.id(), "attempt": turn.attempt(),
+                    "first": turn.is_first_drain(),
                     "inputs": inputs.iter().map(|i| i.id.as_str().to_owned()).collect::<Vec<_>>(),
                     "resumed": turn.resumption().map(|r| r.inputs.len()),
                     "a": a, "b": format!("{b:?}") }));
@@ -325,6 +326,10 @@ async fn a_retried_failed_turn_reuses_its_completed_steps() {
     let seen = seen.all();
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert_eq!(seen[0]["id"], seen[1]["id"], "the same turn");
+    assert_eq!(
+        (&seen[0]["first"], &seen[1]["first"]),
+        (&json!(true), &json!(false))
+    );
     assert_eq!(seen[1]["attempt"], json!(2));
     assert_eq!(
         seen[1]["inputs"],
