@@ -464,6 +464,15 @@ mod tests {
                 json!({ "turn": 7, "step": "pay", "attempt": 2, "key": "s:7:pay" }),
             ),
             (
+                SessionEvent::StepCompleted {
+                    turn: 7,
+                    step: "pay".into(),
+                    attempt: 2,
+                    result: json!({ "paid": 42 }),
+                },
+                json!({ "turn": 7, "step": "pay", "attempt": 2, "result": { "paid": 42 } }),
+            ),
+            (
                 SessionEvent::StepFailed {
                     turn: 7,
                     step: "pay".into(),
