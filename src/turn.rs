@@ -3,6 +3,7 @@
 //! tail), live-only events, which go to the session's open streams and never to the store,
 //! and durable steps (`turn::steps`).
 
+mod inputs;
 mod steps;
 
 pub use self::steps::MAX_STEP_RESULT_BYTES;
@@ -19,7 +20,7 @@ use crate::id::{MessageId, SessionId};
 use crate::journal::ledger::Ledger;
 use crate::journal::Journal;
 use crate::outcome::RunError;
-use crate::records::{Admission, Message, Resumption};
+use crate::records::{Message, Resumption};
 
 /// Where a turn's live-only events go: the runtime's per-session routes to its open event
 /// streams (`service::fanout`). Session actors are handed it in their `Environment`, so `turn`
@@ -304,82 +305,6 @@ impl Turn {
         self.wake_seq
     }
 
-    /// Promotes every pending `steer` input admitted at or before `cutoff` (all when `None`)
-    /// into the transcript, in admission order. Each promotion commits its
-    /// `session.prompt.promoted` event, `promoted_seq` and transcript row together; concurrent
-    /// promotion promotes each input exactly once.
-    ///
-    /// # Errors
-    /// [`Error::Store`] when the write failed (nothing was promoted); [`Error::Fenced`] when
-    /// another node took the session over (several nodes sharing a database): stop the drain.
-    pub async fn promote_steer(&self, cutoff: Option<u64>) -> Result<Vec<Admission>> {
-        let promoted = self
-            .journal
-            .promote_steer(self.session_id.clone(), cutoff, self.epoch)
-            .await
-            .map_err(|e| self.failed(e))?;
-        if let Some(seq) = promoted.iter().filter_map(|a| a.promoted_seq).max() {
-            self.committed(seq);
-        }
-        Ok(promoted)
-    }
-
-    /// The inputs this drain is to answer, promoting them: on a resumed or retried turn (the
-    /// first call of its drain) first those the earlier attempt promoted and did not finish
-    /// ([`Resumption::inputs`]); then every pending `steer` prompt, promoted now; then, when
-    /// no `queue` prompt was among them, the oldest pending `queue` prompt (one per turn: the
-    /// runtime starts the next turn for the next). Empty when there is nothing to answer.
-    ///
-    /// The simple runner is crash-correct with it alone: answer each input it returns, and a
-    /// turn killed mid-reply answers its prompt when it is resumed.
-    ///
-    /// # Errors
-    /// [`Error::Store`] when a promotion failed; [`Error::Fenced`] when another node took the
-    /// session over.
-    pub async fn take_inputs(&self) -> Result<Vec<Admission>> {
-        let mut inputs: Vec<Admission> = Vec::new();
-        if !self.shared.resumed_taken.swap(true, Ordering::AcqRel) {
-            if let Some(resumption) = self.resumption() {
-                inputs.extend(resumption.inputs.iter().cloned());
-            }
-        }
-        inputs.extend(self.promote_steer(None).await?);
-        if !inputs
-            .iter()
-            .any(|a| a.delivery == crate::records::Delivery::Queue)
-        {
-            inputs.extend(self.promote_queue().await?);
-        }
-        Ok(inputs)
-    }
-
-    /// Promotes only the oldest pending `queue` input (one per turn), if any.
-    ///
-    /// # Errors
-    /// [`Error::Store`] when the write failed.
-    pub async fn promote_queue(&self) -> Result<Option<Admission>> {
-        let promoted = self
-            .journal
-            .promote_queue(self.session_id.clone(), self.epoch)
-            .await
-            .map_err(|e| self.failed(e))?;
-        if let Some(seq) = promoted.as_ref().and_then(|a| a.promoted_seq) {
-            self.committed(seq);
-        }
-        Ok(promoted)
-    }
-
-    /// The inputs still pending in the session's inbox, in admission order.
-    ///
-    /// # Errors
-    /// [`Error::Store`] when the read failed.
-    pub async fn pending(&self) -> Result<Vec<Admission>> {
-        self.journal
-            .pending(self.session_id.clone())
-            .await
-            .map_err(|e| self.failed(e))
-    }
-
     /// Appends a message (`kind` such as `assistant`) to the transcript, with its
     /// `session.message.appended` event, and returns its id.
     ///
@@ -496,7 +421,7 @@ impl Turn {
     /// Messages before the cursor are not read again, so a change to one of them is not seen
     /// here: [`Message::interrupted`] is set on the `user` messages of a turn when a user
     /// interrupts it, which is after its drain ended; a later drain re-reads from the oldest
-    /// message it must act on (e.g. from [`Admission::promoted_seq`]), as the demo agent does.
+    /// message it must act on (e.g. from [`Admission::promoted_seq`](crate::Admission::promoted_seq)), as the demo agent does.
     ///
     /// # Errors
     /// [`Error::Store`] when the read failed.
