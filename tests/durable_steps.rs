@@ -617,6 +617,51 @@ async fn the_testing_kit_seeds_a_crashed_turn_with_its_inputs_messages_and_steps
     runtime.stop().await;
 }
 
+/// A turn the restart sweep gave up on (`failed{aborted}`, over its resume budget) is a dead
+/// letter a retry makes runnable again: the same turn, its completed step replayed, its
+/// ambiguous one named.
+#[actix_rt::test]
+async fn a_turn_aborted_over_its_budget_can_be_retried() {
+    let runner = ScriptedRunner::new();
+    let mut runtime = Harness::start(&runner).await;
+    let s = create(&runtime, "s", None).await;
+    runtime.stop().await;
+    let crashed = CrashedTurn::new()
+        .completed_step("lookup", json!(42))
+        .started_step("pay");
+    let turn = testing::seed_crashed_turn(runtime.path(), &s, &crashed).unwrap();
+    runtime
+        .restart(&runner, |b| b.sweep_on_start(true).max_resume_attempts(0))
+        .await;
+    let report = runtime.start_sweep().expect("the sweep ran on start");
+    assert_eq!(report.terminalized, vec![s.clone()]);
+    let seen = Seen::default();
+    runner.push(&s, {
+        let seen = seen.clone();
+        Script::custom(move |turn: Turn| {
+            let seen = seen.clone();
+            async move {
+                let lookup: u32 = turn.step("lookup", |_| async { infallible(0) }).await?;
+                let ambiguous: Vec<String> = turn
+                    .resumption()
+                    .map(|r| r.steps.iter().map(|s| s.name.clone()).collect())
+                    .unwrap_or_default();
+                seen.push(json!({ "id": turn.id(), "lookup": lookup, "ambiguous": ambiguous }));
+                Ok(())
+            }
+        })
+    });
+    assert_eq!(
+        runtime.sessions().retry(&s).await.unwrap(),
+        Terminal::Succeeded
+    );
+    assert_eq!(
+        seen.all(),
+        [json!({ "id": turn, "lookup": 42, "ambiguous": ["pay"] })]
+    );
+    runtime.stop().await;
+}
+
 #[cfg(feature = "testing-postgres")]
 #[test]
 fn postgres_backend_passes_the_durable_steps_suite() {
