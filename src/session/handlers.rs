@@ -257,19 +257,8 @@ impl SessionActor {
                 }
             };
             let _ = msg.started.send(Ok(()));
-            let running = act.running.get_or_insert_with(Box::default);
-            running.committed = Some(resumption.notice_seq);
-            running.recovery = Some(resumption);
-            running.retry = true;
-            let effects = act.coordinator.run(msg.reply);
-            act.apply(effects, ctx);
-            if let Some(running) = act.running.as_mut() {
-                running.recovery = None;
-                running.retry = false;
-                if running.drain.is_none() {
-                    act.running = None;
-                }
-            }
+            act.running.get_or_insert_with(Box::default).retry = true;
+            act.take_up(resumption, ctx, |coordinator| coordinator.run(msg.reply));
         }));
     }
 }

@@ -292,8 +292,9 @@ impl SessionActor {
     }
 
     /// Drains the execution again as the recovery of `resumption` (its notice and claim are
-    /// committed): `next` is the coordinator's transition that starts the drain.
-    fn take_up(
+    /// committed; a retry's when `Running::retry` is set): `next` is the coordinator's
+    /// transition that starts the drain.
+    pub(super) fn take_up(
         &mut self,
         resumption: Arc<Resumption>,
         ctx: &mut Context<Self>,
@@ -309,6 +310,7 @@ impl SessionActor {
         // Only a drain this transition started takes the resumption.
         if let Some(running) = self.running.as_mut() {
             running.recovery = None;
+            running.retry = false;
             if running.drain.is_none() {
                 self.running = None;
             }
