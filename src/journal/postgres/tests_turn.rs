@@ -148,8 +148,10 @@ async fn a_request_failing_on_a_lock_runs_alone_after_its_batch() -> Result<(), 
     let Some(db) = pg_db("turn_lock") else {
         return Ok(());
     };
-    // The node's connections wait at most a lease for a lock (`lock_timeout`).
-    let lease = Duration::from_secs(2);
+    // The node's connections wait at most a lease for a lock (`lock_timeout`). Long enough
+    // that s2's run alone outlasts the test task's turn to release the lock on a loaded machine
+    // (with 2 s it once timed out in the full parallel run).
+    let lease = Duration::from_secs(4);
     let (a, _node, _signals) = journal_with(&PgConfig {
         lease,
         ..config(&db, "a")
