@@ -15,15 +15,20 @@ pub enum InterruptReason {
     Shutdown,
     /// Another owner took over; released like `User`.
     Superseded,
+    /// The turn ran past its deadline (`RuntimeBuilder::turn_timeout`, `Turn::set_deadline`);
+    /// released like `User`, so the session is free for its next prompt, and never retried by
+    /// the restart sweep.
+    Timeout,
 }
 
 impl InterruptReason {
-    /// The wire name (`user`, `shutdown`, `superseded`).
+    /// The wire name (`user`, `shutdown`, `superseded`, `timeout`).
     pub fn as_str(self) -> &'static str {
         match self {
             InterruptReason::User => "user",
             InterruptReason::Shutdown => "shutdown",
             InterruptReason::Superseded => "superseded",
+            InterruptReason::Timeout => "timeout",
         }
     }
 }
@@ -250,7 +255,7 @@ mod tests {
         );
     }
 
-    /// A bare interruption is `shutdown`; explicit `user`/`superseded` are preserved; a
+    /// A bare interruption is `shutdown`; explicit `user`/`superseded`/`timeout` are preserved; a
     /// `UserInterrupted` failure is `interrupted{user}`.
     #[test]
     fn defaults_owner_scope_interruption_to_shutdown_and_preserves_explicit_reasons() {
@@ -267,6 +272,13 @@ mod tests {
             terminal(&Exit::Interrupted, Some(InterruptReason::Superseded)),
             interrupted(InterruptReason::Superseded)
         );
+        let timeout = terminal(&Exit::Interrupted, Some(InterruptReason::Timeout));
+        assert_eq!(timeout, interrupted(InterruptReason::Timeout));
+        assert_eq!(
+            serde_json::to_value(&timeout).unwrap(),
+            json!({"type": "interrupted", "reason": "timeout"})
+        );
+        assert_eq!(InterruptReason::Timeout.as_str(), "timeout");
         assert_eq!(
             terminal(&Exit::Failure(RunError::UserInterrupted), None),
             interrupted(InterruptReason::User)

@@ -124,6 +124,7 @@ fn only_a_shutdown_keeps_the_claim() {
     for (reason, releases) in [
         (InterruptReason::User, true),
         (InterruptReason::Superseded, true),
+        (InterruptReason::Timeout, true),
         (InterruptReason::Shutdown, false),
     ] {
         assert_eq!(

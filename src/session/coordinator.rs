@@ -12,6 +12,7 @@
 mod bell;
 mod effect;
 mod healing;
+mod timeout;
 
 use std::fmt;
 

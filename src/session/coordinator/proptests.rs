@@ -9,7 +9,8 @@
 //!   starts (and an unsequenced advisory drain only starts while there is no fence);
 //! - every wake that was fresh when made is served by a drain started after it (a forced or
 //!   unsequenced one, or one with a wake seq at least as new), unless a later interrupt covers it
-//!   or a later start hook failed (that turn settles failed without draining);
+//!   or a later start hook failed (that turn settles failed without draining); a timeout
+//!   covers no wake;
 //! - after draining everything (at random points and at the end), every caller was answered and
 //!   the coordinator is quiescent; the wake check above runs at those points.
 
@@ -35,6 +36,8 @@ enum Op {
         lag: u64,
     },
     AwaitIdle,
+    /// The running turn passes its deadline.
+    TimeOut,
     FinishDrain {
         success: bool,
     },
@@ -57,6 +60,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (prop::bool::weighted(0.5), 0..6u64)
             .prop_map(|(sequenced, lag)| Op::Interrupt { sequenced, lag }),
         1 => Just(Op::AwaitIdle),
+        1 => Just(Op::TimeOut),
         4 => prop::bool::weighted(0.8).prop_map(|success| Op::FinishDrain { success }),
         3 => Just(Op::FinishCleanup),
         3 => prop::bool::weighted(0.9).prop_map(|ok| Op::ReleaseStart { ok }),
@@ -141,6 +145,7 @@ fn step(sim: &mut Sim, model: &mut Model, op: &Op) -> Result<(), TestCaseError> 
         Op::AwaitIdle => {
             sim.await_idle(S);
         }
+        Op::TimeOut => sim.time_out(S),
         Op::FinishDrain { success } => {
             if sim.draining(S) {
                 let exit = if success {

@@ -7,8 +7,8 @@
 //! drain "cleanup started", and the test decides when cleanup ends (as a runner's own cleanup
 //! after a cancellation would) by calling [`Sim::finish_cleanup`].
 //!
-//! The cases are in the submodules, by subject: `interrupts`, `successors`, `executions` and
-//! `regressions` (found by the property test).
+//! The cases are in the submodules, by subject: `interrupts`, `successors`, `executions`,
+//! `timeouts` and `regressions` (found by the property test).
 
 use super::effect::RunAnswer;
 use super::Mode;
@@ -55,3 +55,4 @@ mod healing;
 mod interrupts;
 mod regressions;
 mod successors;
+mod timeouts;

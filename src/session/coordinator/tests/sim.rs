@@ -144,6 +144,13 @@ impl Sim {
         token
     }
 
+    /// The running turn of `key` passed its deadline ([`Coordinator::time_out`]).
+    pub(crate) fn time_out(&mut self, key: &str) {
+        self.clock += 1;
+        let effects = self.coord(key).time_out();
+        self.apply(key, effects);
+    }
+
     /// Closes the owning scope: every coordinator, and those created later.
     pub(crate) fn close_all(&mut self) {
         self.clock += 1;
