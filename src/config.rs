@@ -28,6 +28,10 @@ pub struct RuntimeConfig {
     pub max_resume_attempts: u32,
     /// A session actor idle this long is stopped (passivated). Default: 60 s.
     pub idle_timeout: Duration,
+    /// How long a turn may run, from the start of its first drain, before it is interrupted
+    /// as `interrupted{timeout}` (its claim released). A turn resumed after a restart gets a
+    /// fresh timeout from its resume. Default: `None`, no limit.
+    pub turn_timeout: Option<Duration>,
     /// SQLite `synchronous` for every connection. Default: [`Synchronous::Full`].
     pub synchronous: Synchronous,
     /// Arbiters (threads) the session actors are spread over. Default: one per core.
@@ -65,6 +69,7 @@ impl Default for RuntimeConfig {
             takeover: true,
             max_resume_attempts: 10,
             idle_timeout: Duration::from_secs(60),
+            turn_timeout: None,
             synchronous: Synchronous::Full,
             arbiters: std::thread::available_parallelism().map_or(2, |n| n.get()),
             sweep_on_start: true,
@@ -94,6 +99,9 @@ impl RuntimeConfig {
         }
         if self.idle_timeout.is_zero() {
             return Err(Error::Config("idle_timeout must be positive".into()));
+        }
+        if self.turn_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(Error::Config("turn_timeout must be positive".into()));
         }
         if self.max_prompt_bytes == 0 {
             return Err(Error::Config("max_prompt_bytes must be positive".into()));
@@ -196,5 +204,23 @@ impl Synchronous {
             Synchronous::Full => "FULL",
             Synchronous::Normal => "NORMAL",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `turn_timeout` is off by default, and a zero timeout is refused.
+    #[test]
+    fn turn_timeout_is_off_by_default_and_must_be_positive() {
+        let config = RuntimeConfig::default();
+        assert_eq!(config.turn_timeout, None);
+        assert!(config.validate().is_ok());
+        let zero = RuntimeConfig {
+            turn_timeout: Some(Duration::ZERO),
+            ..RuntimeConfig::default()
+        };
+        assert!(matches!(zero.validate(), Err(Error::Config(m)) if m.contains("turn_timeout")));
     }
 }

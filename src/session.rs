@@ -8,6 +8,7 @@
 
 mod contain;
 pub(crate) mod coordinator;
+mod deadline;
 mod handlers;
 mod heal;
 pub(crate) mod messages;
@@ -26,6 +27,7 @@ use futures::FutureExt;
 
 use self::contain::{panic_message, DropSafe};
 use self::coordinator::{Coordinator, Effect, Mode, Tokens};
+use self::deadline::TurnMemory;
 use self::messages::Passivate;
 use crate::crash;
 use crate::error::{Error, StoreError};
@@ -47,6 +49,8 @@ pub(crate) struct Environment {
     pub(crate) boot: String,
     /// How long an actor stays idle before the supervisor may passivate it.
     pub(crate) idle_timeout: Duration,
+    /// How long a turn may run before it is interrupted as `timeout` (None: no limit).
+    pub(crate) turn_timeout: Option<Duration>,
     /// The resume budget of a turn: a turn resumed after a store fault counts an attempt too.
     pub(crate) max_resume_attempts: u32,
     /// The actor's registry entry and the `active()` set.
@@ -143,7 +147,7 @@ impl Tokens for ActorTokens {
     type Run = oneshot::Sender<Result<Terminal, Error>>;
     type Idle = oneshot::Sender<()>;
     type Interrupt = oneshot::Sender<bool>;
-    type Turn = Option<Arc<Mutex<Ledger>>>;
+    type Turn = TurnMemory;
 }
 
 type SettleError = Arc<StoreError>;
@@ -323,7 +327,7 @@ impl SessionActor {
         let committed = committed.or(recovery.as_ref().map(|r| r.notice_seq));
         // The turn's ledger: kept by its execution across drains; a resumed or retried turn's
         // is read from the store before its drain runs.
-        let kept = self.coordinator.memory().and_then(|m| m.clone());
+        let kept = self.coordinator.memory().and_then(|m| m.ledger.clone());
         let first = kept.is_none() && recovery.is_none();
         let shared = |ledger| Arc::new(Mutex::new(ledger));
         let (ledger, load) = match (&recovery, kept) {
@@ -335,8 +339,9 @@ impl SessionActor {
             (None, None) => (shared(Ledger::fresh(committed.unwrap_or(0))), None),
         };
         if let Some(memory) = self.coordinator.memory() {
-            *memory = Some(ledger.clone());
+            memory.ledger = Some(ledger.clone());
         }
+        let deadline = self.turn_deadline(ctx);
         let cause = match (mode, recovery) {
             (_, Some(resumption)) if retry => TurnCause::Retry(resumption),
             (_, Some(resumption)) => TurnCause::Recovery(resumption),
@@ -350,6 +355,7 @@ impl SessionActor {
             live: self.env.live.clone(),
             ledger,
             first,
+            deadline,
         };
         let turn = Turn::new(self.env.journal.clone(), self.id.clone(), cause, setup);
         let runner = self.env.runner.clone();

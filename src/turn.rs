@@ -3,8 +3,11 @@
 //! tail), live-only events, which go to the session's open streams and never to the store,
 //! and durable steps (`turn::steps`).
 
+mod deadline;
 mod inputs;
 mod steps;
+
+pub(crate) use self::deadline::Deadline;
 
 pub use self::steps::MAX_STEP_RESULT_BYTES;
 
@@ -129,6 +132,8 @@ pub struct Turn {
     ledger: Arc<Mutex<Ledger>>,
     /// No drain of the turn ran before this one.
     first: bool,
+    /// The turn's deadline, shared by the drains of one execution and watched by its actor.
+    deadline: Option<Arc<Deadline>>,
 }
 
 impl std::fmt::Debug for Turn {
@@ -158,6 +163,8 @@ pub(crate) struct TurnSetup {
     pub(crate) ledger: Arc<Mutex<Ledger>>,
     /// No drain of the turn ran before this one.
     pub(crate) first: bool,
+    /// The turn's deadline (see [`Turn::set_deadline`]).
+    pub(crate) deadline: Option<Arc<Deadline>>,
 }
 
 impl Turn {
@@ -183,6 +190,7 @@ impl Turn {
             live: setup.live,
             ledger: setup.ledger,
             first: setup.first,
+            deadline: setup.deadline,
         }
     }
 
@@ -303,6 +311,23 @@ impl Turn {
     /// The admission seq that woke this drain, if any.
     pub fn wake_seq(&self) -> Option<u64> {
         self.wake_seq
+    }
+
+    /// Sets the turn's deadline: past `at`, the turn is interrupted and recorded as
+    /// `interrupted{timeout}`, its claim released (as `RuntimeBuilder::turn_timeout` does). A
+    /// later call replaces an earlier one; the earlier of this deadline and the runtime's
+    /// `turn_timeout` applies. It holds for the rest of the turn, its later drains included; a
+    /// turn resumed after a restart starts with no deadline of its own.
+    pub fn set_deadline(&self, at: std::time::Instant) {
+        if let Some(deadline) = &self.deadline {
+            deadline.set(at);
+        }
+    }
+
+    /// When the turn is due to end (the earlier of `turn_timeout` from its start and
+    /// [`Turn::set_deadline`]), if it has a deadline.
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline.as_ref().and_then(|d| d.due())
     }
 
     /// Appends a message (`kind` such as `assistant`) to the transcript, with its

@@ -100,6 +100,16 @@ impl RuntimeBuilder {
         self
     }
 
+    /// How long a turn may run before it is interrupted as `interrupted{timeout}`, which
+    /// releases its claim: the session is free for its next prompt. The clock starts when the
+    /// turn's first drain starts (after its claim commits) and covers its follow-up drains; a
+    /// turn resumed after a restart gets a fresh timeout from its resume. A drain may tighten
+    /// its turn's deadline with [`crate::Turn::set_deadline`]. Default: none. Must be positive.
+    pub fn turn_timeout(mut self, timeout: Duration) -> Self {
+        self.config.turn_timeout = Some(timeout);
+        self
+    }
+
     /// SQLite `synchronous`. Default [`Synchronous::Full`].
     pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
         self.config.synchronous = synchronous;
@@ -217,6 +227,7 @@ impl RuntimeBuilder {
             runner,
             boot,
             idle_timeout: config.idle_timeout,
+            turn_timeout: config.turn_timeout,
             max_resume_attempts: config.max_resume_attempts,
             host: registry.clone(),
             live: fanout.clone(),
