@@ -76,6 +76,7 @@
 //! | runner returns an error / panics | released | nothing to do | `session.execution.failed` (`provider.*`, `panic`, `unknown`, …) |
 //! | user interrupt | released | not resumed | `session.execution.interrupted{user}` |
 //! | user interrupt committed, then crash before the turn's terminal (or a racing shutdown) | **kept** | **not resumed**: recorded then, released | `session.execution.interrupted{user}` (by the sweep) |
+//! | turn past its deadline (`turn_timeout`, `Turn::set_deadline`) | released | not resumed | `session.execution.interrupted{timeout}` |
 //! | graceful shutdown | **kept** | resumed with the continue notice | `session.execution.interrupted{shutdown}` (best effort) |
 //! | crash / `SIGKILL` / OOM | **kept** | resumed with the continue notice | nothing (the claim is the record) |
 //! | prompt acknowledged (`202`, or `prompt` returned `Ok` with `resume: true`), crash before its turn started | none | **run**, with the continue notice | the admission's wake mark is the record |
@@ -97,6 +98,12 @@
 //!   resuming it. The prompts of an interrupted turn are marked interrupted in the transcript
 //!   ([`Message::interrupted`], `"interrupted": true` over HTTP), so no runner answers them
 //!   again.
+//! - **A turn past its deadline ends, and frees its session.** With `turn_timeout` set, or a
+//!   deadline a drain set with `Turn::set_deadline` (the earlier applies), a turn still running
+//!   at its deadline is cancelled and recorded as `interrupted{timeout}`: its claim is released,
+//!   its prompts are marked `interrupted`, it is not retried, and the next queued or admitted
+//!   prompt runs. The clock starts with the turn's first drain and covers its later drains; it is
+//!   kept in memory, so a turn resumed after a restart gets a fresh timeout from its resume.
 //! - **A resumed turn knows what it resumes.** [`Turn::cause`] says why a drain runs (a prompt's
 //!   wake, an explicit resume, a recovery or a retry) and [`Turn::resumption`], for a turn the
 //!   sweep resumed (or a retry), which attempt of how many it is, the seq of its restart notice,
