@@ -37,32 +37,46 @@ impl Drop for TurnMemory {
 
 impl SessionActor {
     /// The current turn's deadline. At its first drain it is made (the runtime's `turn_timeout`
-    /// from now) and a watcher is spawned on the actor's context: once the deadline passes,
-    /// it times the turn out if the same execution still runs.
+    /// from now) and watched (see [`SessionActor::watch`]); a later drain watches it again when
+    /// it passed while the turn healed.
     pub(super) fn turn_deadline(&mut self, ctx: &mut Context<Self>) -> Option<Arc<Deadline>> {
         let timeout = self.env.turn_timeout;
         let memory = self.coordinator.memory()?;
-        if let Some(deadline) = &memory.deadline {
-            return Some(deadline.clone());
+        if let Some(deadline) = memory.deadline.clone() {
+            if deadline.rearm() {
+                self.watch(deadline.clone(), ctx);
+            }
+            return Some(deadline);
         }
         let configured = timeout.and_then(|t| Instant::now().checked_add(t));
         let deadline = Arc::new(Deadline::new(configured));
         memory.deadline = Some(deadline.clone());
+        self.watch(deadline.clone(), ctx);
+        Some(deadline)
+    }
+
+    /// Spawns the watcher of `deadline` on the actor's context: once it passes, it times the
+    /// turn out if the same execution still runs. A turn that cannot be timed out then (it is
+    /// healing after a store fault) is marked, so its resumed drain watches it again.
+    fn watch(&mut self, deadline: Arc<Deadline>, ctx: &mut Context<Self>) {
         let watched = deadline.clone();
         let watcher = async move { watched.expired().await };
-        let mine = deadline.clone();
         ctx.spawn(watcher.into_actor(self).map(move |expired, act, ctx| {
             let same = act
                 .coordinator
                 .memory()
                 .and_then(|m| m.deadline.as_ref())
-                .is_some_and(|d| Arc::ptr_eq(d, &mine));
-            if expired && same {
-                log::info!("session {}: the turn ran past its deadline", act.id);
-                let effects = act.coordinator.time_out();
-                act.apply(effects, ctx);
+                .is_some_and(|d| Arc::ptr_eq(d, &deadline));
+            if !(expired && same) {
+                return;
             }
+            let effects = act.coordinator.time_out();
+            if effects.is_empty() {
+                deadline.unwatch();
+                return;
+            }
+            log::info!("session {}: the turn ran past its deadline", act.id);
+            act.apply(effects, ctx);
         }));
-        Some(deadline)
     }
 }

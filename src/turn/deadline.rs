@@ -24,6 +24,9 @@ struct State {
     set: Option<Instant>,
     /// The turn ended: the watcher stops.
     closed: bool,
+    /// The deadline passed while the turn could not be timed out (it was healing after a store
+    /// fault): its next drain watches it again.
+    unwatched: bool,
 }
 
 impl Deadline {
@@ -57,6 +60,16 @@ impl Deadline {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
+    }
+
+    /// The deadline passed while the turn could not be timed out: the next drain re-arms it.
+    pub(crate) fn unwatch(&self) {
+        self.state().unwatched = true;
+    }
+
+    /// Whether the deadline needs a new watcher (see [`Deadline::unwatch`]); clears the mark.
+    pub(crate) fn rearm(&self) -> bool {
+        std::mem::take(&mut self.state().unwatched)
     }
 
     /// The turn ended: [`Deadline::expired`] answers `false`.
@@ -107,6 +120,16 @@ mod tests {
         deadline.set(now + Duration::from_secs(60));
         assert_eq!(deadline.due(), Some(now + Duration::from_secs(10)));
         assert_eq!(Deadline::new(None).due(), None);
+    }
+
+    /// A deadline marked unwatched asks for one new watcher.
+    #[test]
+    fn an_unwatched_deadline_is_rearmed_once() {
+        let deadline = Deadline::new(None);
+        assert!(!deadline.rearm());
+        deadline.unwatch();
+        assert!(deadline.rearm());
+        assert!(!deadline.rearm());
     }
 
     /// The watcher answers `true` once a deadline set after it started passes, and `false` when
