@@ -399,6 +399,9 @@ async fn retry_of_a_turn_that_did_not_fail_is_refused() {
     let gate = testing::Gate::new();
     runner.push(&s, Script::Gate(gate.clone()));
     let running = runtime.execution().start_resume(&s).await.unwrap();
+    // Its drain takes the gate script: an interrupt while the turn still starts would leave
+    // the script to the next drain.
+    runner.wait_for_drains_of(&s, 2, WAIT).await;
     assert_eq!(
         refused(sessions.retry(&s).await),
         Some(NotRetryable::TurnInFlight)
