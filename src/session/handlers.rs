@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use actix::prelude::*;
 
 use super::messages::{
-    AwaitIdle, Close, Fence, Heal, Interrupt, Resume, Retry, SessionDeleted, Wake,
+    AwaitIdle, Close, Fence, Heal, Interrupt, Passivate, Resume, Retry, SessionDeleted, Wake,
 };
 use super::{Forget, Held, SessionActor};
 use crate::error::{Error, StoreError};
@@ -349,6 +349,35 @@ impl Handler<SessionDeleted> for SessionActor {
             self.retire(Forget::Stopped, ctx);
         } else {
             self.fenced = true;
+        }
+    }
+}
+
+impl Handler<Passivate> for SessionActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Passivate, ctx: &mut Self::Context) {
+        let idle = self.env.idle_timeout;
+        let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
+        let last = self.stamp.touched.load(Ordering::Relaxed);
+        if self.coordinator.is_quiescent() && self.env.host.now_ms().saturating_sub(last) >= idle_ms
+        {
+            log::debug!("session {}: passivating after {idle:?} idle", self.id);
+            if self.env.journal.is_shared() {
+                // Queued before the entry is forgotten, so a new actor of the session takes it
+                // again only after this release.
+                let released = self.env.journal.release_ownership(self.id.clone());
+                let id = self.id.clone();
+                actix_rt::spawn(async move {
+                    if let Err(e) = released.await {
+                        log::warn!("session {id}: cannot release its ownership: {e}");
+                    }
+                });
+            }
+            self.env
+                .host
+                .forget(&self.id, self.stamp.generation, Forget::Passivated);
+            ctx.stop();
         }
     }
 }
